@@ -1,0 +1,28 @@
+package collector
+
+import (
+	"time"
+
+	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
+
+var podBlocked = newDef("dra_pod_blocked", typeGauge,
+	"A DRA pod that is not Ready, with the first failing link of the decision tree (reason) and the layer that owns it: controller, scheduler, node or application. One series per pod; device is the first device of the failing claim. 1 while blocked.",
+	"namespace", "pod", "pod_uid", "claim", "node", "device", "layer", "reason")
+
+type blockedCollector struct{}
+
+// NewBlockedCollector exports the blocked-pod classification.
+func NewBlockedCollector() Collector { return blockedCollector{} }
+
+func (blockedCollector) Name() string { return "blocked" }
+func (blockedCollector) Defs() []*Def { return []*Def{podBlocked} }
+
+func (blockedCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+	for _, v := range classify.Blocked(s) {
+		p := v.Pod
+		e.gauge(podBlocked, 1, p.Key.Namespace, p.Key.Name, string(p.UID), v.Claim, v.Node, v.Device, string(v.Layer), string(v.Reason))
+	}
+	return nil
+}

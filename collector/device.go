@@ -1,0 +1,126 @@
+package collector
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
+
+// AttributeLabel maps a device attribute to a label of dra_device_info.
+type AttributeLabel struct {
+	Attribute string // bare name (driver domain) or fully qualified
+	Label     string
+}
+
+// DefaultAttributeLabels are the attributes NVIDIA's DRA driver publishes
+// that SREs filter GPUs by. Each is one static value per device.
+var DefaultAttributeLabels = []AttributeLabel{
+	{Attribute: "productName", Label: "product"},
+	{Attribute: "type", Label: "type"},
+	{Attribute: "profile", Label: "profile"},
+	{Attribute: "parentUUID", Label: "parent_gpu_uuid"},
+}
+
+var labelName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// ParseAttributeLabels parses "attr=label,attr" (a bare entry uses the
+// attribute's name, snake-cased, as the label).
+func ParseAttributeLabels(spec string) ([]AttributeLabel, error) {
+	var out []AttributeLabel
+	seen := map[string]bool{}
+	for _, part := range strings.Split(spec, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		attr, label, ok := strings.Cut(part, "=")
+		if !ok {
+			label = snakeCase(attr[strings.LastIndex(attr, "/")+1:])
+		}
+		if !labelName.MatchString(label) || strings.HasPrefix(label, "__") {
+			return nil, fmt.Errorf("device attribute %q: %q is not a valid label name", attr, label)
+		}
+		if reservedDeviceLabels[label] || seen[label] {
+			return nil, fmt.Errorf("device attribute %q: label %q is already used", attr, label)
+		}
+		seen[label] = true
+		out = append(out, AttributeLabel{Attribute: attr, Label: label})
+	}
+	return out, nil
+}
+
+var reservedDeviceLabels = map[string]bool{"driver": true, "pool": true, "node": true, "device": true, "gpu_uuid": true}
+
+func snakeCase(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		switch {
+		case r >= 'A' && r <= 'Z':
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			b.WriteRune(r - 'A' + 'a')
+		case (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+type deviceCollector struct {
+	attrs  []AttributeLabel
+	info   *Def
+	memory *Def
+}
+
+// NewDeviceCollector exports every published device with its attributes.
+func NewDeviceCollector(attrs []AttributeLabel) Collector {
+	labels := []string{"driver", "pool", "node", "device", "gpu_uuid"}
+	for _, a := range attrs {
+		labels = append(labels, a.Label)
+	}
+	return &deviceCollector{
+		attrs: attrs,
+		info: newDef("dra_device_info", typeGauge,
+			"A device published in a ResourceSlice (newest pool generation), with allowlisted attributes as labels. Always 1.", labels...),
+		memory: newDef("dra_device_memory_bytes", typeGauge,
+			"The device's memory capacity as published in its ResourceSlice, in bytes.", "driver", "pool", "node", "device"),
+	}
+}
+
+func (c *deviceCollector) Name() string  { return "device" }
+func (c *deviceCollector) Defs() []*Def  { return []*Def{c.info, c.memory} }
+
+func (c *deviceCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+	lvs := make([]string, 0, 5+len(c.attrs))
+	for _, d := range s.Devices {
+		lvs = append(lvs[:0], d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device, d.GPUUUID)
+		for _, a := range c.attrs {
+			v, _ := d.Attribute(a.Attribute)
+			lvs = append(lvs, v)
+		}
+		e.gauge(c.info, 1, lvs...)
+		if q, ok := capacity(d, "memory"); ok {
+			e.gauge(c.memory, q, d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device)
+		}
+	}
+	return nil
+}
+
+func capacity(d *index.Device, name string) (float64, bool) {
+	c, ok := d.Capacity[resourceapi.QualifiedName(name)]
+	if !ok {
+		c, ok = d.Capacity[resourceapi.QualifiedName(d.Key.Driver+"/"+name)]
+	}
+	if !ok {
+		return 0, false
+	}
+	return c.Value.AsApproximateFloat64(), true
+}

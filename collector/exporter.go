@@ -1,0 +1,119 @@
+package collector
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
+
+// Source hands out index snapshots.
+type Source interface {
+	Snapshot() *index.Snapshot
+}
+
+// Collector emits the metrics of one concern for a snapshot.
+type Collector interface {
+	// Name labels the collector's scrape duration.
+	Name() string
+	// Defs lists the families the collector emits.
+	Defs() []*Def
+	// Update emits the metrics for one snapshot taken at now.
+	Update(s *index.Snapshot, now time.Time, e *emitter) error
+}
+
+var (
+	scrapeDuration = newDef("dra_exporter_scrape_collector_duration_seconds", typeGauge,
+		"Time the collector took to render the last scrape, in seconds.", "collector").live()
+	scrapeSuccess = newDef("dra_exporter_scrape_collector_success", typeGauge,
+		"Whether the collector succeeded on the last scrape (1) or failed (0).", "collector").live()
+)
+
+// Exporter is the prometheus.Collector that takes one snapshot per scrape
+// and runs every collector over it, timing each.
+type Exporter struct {
+	src        Source
+	now        func() time.Time
+	collectors []Collector
+	// timing adds the per-collector duration and success families; the
+	// offline snapshot leaves them out.
+	timing bool
+	logger *slog.Logger
+}
+
+// NewExporter wires the collectors, in the order given.
+func NewExporter(src Source, now func() time.Time, timing bool, logger *slog.Logger, collectors ...Collector) *Exporter {
+	if now == nil {
+		now = time.Now
+	}
+	return &Exporter{src: src, now: now, collectors: collectors, timing: timing, logger: logger}
+}
+
+// Describe sends every family's descriptor.
+func (x *Exporter) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range x.collectors {
+		for _, d := range c.Defs() {
+			ch <- d.desc
+		}
+	}
+	if x.timing {
+		ch <- scrapeDuration.desc
+		ch <- scrapeSuccess.desc
+	}
+}
+
+// Collect takes one snapshot and runs every collector over it. A collector
+// that fails (or panics on unexpected data) is reported and skipped; the
+// others still emit.
+func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
+	s := x.src.Snapshot()
+	now := x.now()
+	for _, c := range x.collectors {
+		start := time.Now()
+		err := x.run(c, s, now, ch)
+		if err != nil {
+			x.logger.Error("collector failed", "collector", c.Name(), "err", err)
+		}
+		if x.timing {
+			ch <- prometheus.MustNewConstMetric(scrapeDuration.desc, prometheus.GaugeValue, time.Since(start).Seconds(), c.Name())
+			ch <- prometheus.MustNewConstMetric(scrapeSuccess.desc, prometheus.GaugeValue, boolFloat(err == nil), c.Name())
+		}
+	}
+}
+
+func (x *Exporter) run(c Collector, s *index.Snapshot, now time.Time, ch chan<- prometheus.Metric) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = panicError{r}
+		}
+	}()
+	return c.Update(s, now, newEmitter(ch))
+}
+
+type panicError struct{ v any }
+
+func (p panicError) Error() string { return "panic: " + toString(p.v) }
+
+func toString(v any) string {
+	if err, ok := v.(error); ok {
+		return err.Error()
+	}
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return "unexpected value"
+}
+
+// Defs lists every family the exporter emits, in collector order.
+func (x *Exporter) Defs() []*Def {
+	var out []*Def
+	for _, c := range x.collectors {
+		out = append(out, c.Defs()...)
+	}
+	if x.timing {
+		out = append(out, scrapeDuration, scrapeSuccess)
+	}
+	return out
+}

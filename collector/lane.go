@@ -1,0 +1,30 @@
+package collector
+
+import (
+	"time"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
+
+var laneDevices = newDef("dra_lane_devices", typeGauge,
+	"GPU capacity of both lanes on one scale, per node and device class. lane=device-plugin counts node allocatable and pod requests of the device-plugin resources (device_class is the class serving the same extended resource, else the resource name); lane=dra owns total and free of DRA devices and the devices allocated to pod claims; lane=dra-extended has only state=allocated: devices allocated to claims the scheduler made for extended-resource requests.",
+	"lane", "node", "device_class", "state")
+
+type laneCollector struct{}
+
+// NewLaneCollector exports capacity per lane.
+func NewLaneCollector() Collector { return laneCollector{} }
+
+func (laneCollector) Name() string { return "lane" }
+func (laneCollector) Defs() []*Def { return []*Def{laneDevices} }
+
+func (laneCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+	for _, r := range s.LaneCapacity() {
+		if r.Lane != index.LaneDRAExtended {
+			e.gauge(laneDevices, float64(r.Total), r.Lane, r.Node, r.DeviceClass, index.StateTotal)
+			e.gauge(laneDevices, float64(r.Free), r.Lane, r.Node, r.DeviceClass, index.StateFree)
+		}
+		e.gauge(laneDevices, float64(r.Allocated), r.Lane, r.Node, r.DeviceClass, index.StateAllocated)
+	}
+	return nil
+}

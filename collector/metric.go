@@ -1,0 +1,76 @@
+// Package collector turns index snapshots into Prometheus metrics. Each file
+// holds one collector; every collector reads the same snapshot, taken once
+// per scrape, and emits const metrics. Collectors never call the API server.
+package collector
+
+import (
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metric types, as written in the metrics reference.
+const (
+	typeGauge     = "gauge"
+	typeCounter   = "counter"
+	typeHistogram = "histogram"
+)
+
+// Def describes one metric family: the single source for its descriptor
+// and for the generated metrics reference.
+type Def struct {
+	Name   string
+	Type   string
+	Help   string
+	Labels []string
+	// Live marks families only a running exporter serves (latencies,
+	// self-metrics); the offline snapshot leaves them out.
+	Live bool
+
+	desc *prometheus.Desc
+}
+
+func newDef(name, typ, help string, labels ...string) *Def {
+	return &Def{Name: name, Type: typ, Help: help, Labels: labels, desc: prometheus.NewDesc(name, help, labels, nil)}
+}
+
+func (d *Def) live() *Def {
+	d.Live = true
+	return d
+}
+
+// Desc returns the family's descriptor.
+func (d *Def) Desc() *prometheus.Desc { return d.desc }
+
+// emitter sends const metrics, dropping a repeated label set of a family
+// (which would make the whole scrape fail) when asked to check.
+type emitter struct {
+	ch   chan<- prometheus.Metric
+	seen map[string]struct{}
+}
+
+func newEmitter(ch chan<- prometheus.Metric) *emitter { return &emitter{ch: ch} }
+
+func (e *emitter) gauge(d *Def, v float64, lvs ...string) {
+	e.ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, v, lvs...)
+}
+
+// uniqueGauge emits a gauge unless the family already has this label set.
+func (e *emitter) uniqueGauge(d *Def, v float64, lvs ...string) {
+	if e.seen == nil {
+		e.seen = map[string]struct{}{}
+	}
+	key := d.Name + "\xff" + strings.Join(lvs, "\xff")
+	if _, dup := e.seen[key]; dup {
+		return
+	}
+	e.seen[key] = struct{}{}
+	e.gauge(d, v, lvs...)
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,77 @@
+package collector
+
+import (
+	"time"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
+
+var podInfo = newDef("dra_pod_info", typeGauge,
+	"A pod that gets GPUs through a lane (dra, dra-extended or device-plugin), with the node it is bound to (empty while Pending). Finished pods are left out. Always 1.",
+	"namespace", "pod", "pod_uid", "node", "lane")
+
+type podCollector struct {
+	labelKeys []string
+	labels    *Def
+}
+
+// NewPodCollector exports GPU pods and, for the allowlisted label keys
+// only, their labels as dra_pod_labels{label_<key>}.
+func NewPodCollector(labelKeys []string) Collector {
+	c := &podCollector{}
+	names := []string{"namespace", "pod", "pod_uid"}
+	seen := map[string]bool{}
+	for _, k := range labelKeys {
+		name := "label_" + sanitizeLabel(k)
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		c.labelKeys = append(c.labelKeys, k)
+		names = append(names, name)
+	}
+	if len(c.labelKeys) > 0 {
+		c.labels = newDef("dra_pod_labels", typeGauge,
+			"Allowlisted labels of GPU pods (flag --pod.labels-allowlist), as label_<key>. Always 1.", names...)
+	}
+	return c
+}
+
+func sanitizeLabel(s string) string {
+	b := []byte(s)
+	for i, ch := range b {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch == '_' || ch >= '0' && ch <= '9' && i > 0) {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+func (c *podCollector) Name() string { return "pod" }
+
+func (c *podCollector) Defs() []*Def {
+	if c.labels == nil {
+		return []*Def{podInfo}
+	}
+	return []*Def{podInfo, c.labels}
+}
+
+func (c *podCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+	lvs := make([]string, 0, 3+len(c.labelKeys))
+	for _, p := range s.Pods {
+		lane := s.PodLane(p)
+		if lane == "" || p.Terminal() {
+			continue
+		}
+		ns, name, uid := p.Key.Namespace, p.Key.Name, string(p.UID)
+		e.gauge(podInfo, 1, ns, name, uid, p.Obj.Spec.NodeName, lane)
+		if c.labels != nil {
+			lvs = append(lvs[:0], ns, name, uid)
+			for _, k := range c.labelKeys {
+				lvs = append(lvs, p.Obj.Labels[k])
+			}
+			e.gauge(c.labels, 1, lvs...)
+		}
+	}
+	return nil
+}

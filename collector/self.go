@@ -1,0 +1,87 @@
+package collector
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+var (
+	informerSynced = newDef("dra_exporter_informer_synced", typeGauge,
+		"Whether the informer of a resource has completed its initial list (1) or not (0). Until then the exporter serves what it knows, and /readyz fails.",
+		"resource").live()
+	eventsTotal = newDef("dra_exporter_events_total", typeCounter,
+		"Watch events the exporter processed, per resource and type (add, update, delete).",
+		"resource", "type").live()
+	watchErrors = newDef("dra_exporter_watch_errors_total", typeCounter,
+		"Errors listing or watching a resource (API server unreachable, forbidden, resource not served). The exporter keeps serving its last known state.",
+		"resource").live()
+	objectsRejected = newDef("dra_exporter_objects_rejected_total", typeCounter,
+		"Objects the index could not use (unexpected type), per resource.",
+		"resource").live()
+)
+
+// Self holds the exporter's own health metrics. It implements
+// prometheus.Collector and the informer layer's event recorder.
+type Self struct {
+	events   *prometheus.CounterVec
+	errors   *prometheus.CounterVec
+	rejected *prometheus.CounterVec
+
+	mu     sync.Mutex
+	synced map[string]func() bool
+}
+
+// NewSelf returns the self-metrics.
+func NewSelf() *Self {
+	return &Self{
+		events:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: eventsTotal.Name, Help: eventsTotal.Help}, eventsTotal.Labels),
+		errors:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: watchErrors.Name, Help: watchErrors.Help}, watchErrors.Labels),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: objectsRejected.Name, Help: objectsRejected.Help}, objectsRejected.Labels),
+		synced:   map[string]func() bool{},
+	}
+}
+
+// Defs lists the self families.
+func (s *Self) Defs() []*Def { return []*Def{informerSynced, eventsTotal, watchErrors, objectsRejected} }
+
+// Event counts one processed watch event.
+func (s *Self) Event(resource, typ string) { s.events.WithLabelValues(resource, typ).Inc() }
+
+// WatchError counts one list/watch failure.
+func (s *Self) WatchError(resource string) { s.errors.WithLabelValues(resource).Inc() }
+
+// Rejected counts an object the index refused.
+func (s *Self) Rejected(resource string) { s.rejected.WithLabelValues(resource).Inc() }
+
+// TrackSynced registers a resource's informer; its counters start at zero
+// so that absent and zero are not confused.
+func (s *Self) TrackSynced(resource string, synced func() bool) {
+	s.mu.Lock()
+	s.synced[resource] = synced
+	s.mu.Unlock()
+	for _, t := range []string{"add", "update", "delete"} {
+		s.events.WithLabelValues(resource, t)
+	}
+	s.errors.WithLabelValues(resource)
+}
+
+// Describe implements prometheus.Collector.
+func (s *Self) Describe(ch chan<- *prometheus.Desc) {
+	ch <- informerSynced.desc
+	s.events.Describe(ch)
+	s.errors.Describe(ch)
+	s.rejected.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (s *Self) Collect(ch chan<- prometheus.Metric) {
+	s.mu.Lock()
+	for resource, synced := range s.synced {
+		ch <- prometheus.MustNewConstMetric(informerSynced.desc, prometheus.GaugeValue, boolFloat(synced()), resource)
+	}
+	s.mu.Unlock()
+	s.events.Collect(ch)
+	s.errors.Collect(ch)
+	s.rejected.Collect(ch)
+}

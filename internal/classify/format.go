@@ -1,0 +1,68 @@
+package classify
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Format writes a verdict the way `dra-exporter explain` prints it: one
+// line per link with its state, layer and evidence, then the verdict.
+func Format(w io.Writer, v Verdict) error {
+	p := v.Pod
+	b := &strings.Builder{}
+	fmt.Fprintf(b, "Pod %s (uid %s)\n", p.Key, p.UID)
+	lane := v.Lane
+	if lane == "" {
+		lane = "none"
+	}
+	node := p.Obj.Spec.NodeName
+	if node == "" {
+		node = "(not bound)"
+	}
+	fmt.Fprintf(b, "  lane: %s  phase: %s  node: %s\n\n", lane, p.Obj.Status.Phase, node)
+	for _, l := range v.Links {
+		head := fmt.Sprintf("  %-4s  %s", l.State, l.Step)
+		if l.Layer != "" {
+			head += fmt.Sprintf("  [%s]", l.Layer)
+		}
+		if l.Claim != "" {
+			head += "  claim " + l.Claim
+		}
+		b.WriteString(head + "\n")
+		if l.State == Fail {
+			fmt.Fprintf(b, "        reason: %s: %s\n", l.Reason, l.Reason.Meaning())
+		}
+		for _, e := range l.Evidence {
+			fmt.Fprintf(b, "        %s\n", e)
+		}
+	}
+	if len(v.Links) > 0 {
+		b.WriteString("\n")
+	}
+	switch {
+	case v.Blocked:
+		fmt.Fprintf(b, "Verdict: BLOCKED  layer=%s  reason=%s", v.Layer, v.Reason)
+		for _, kv := range [][2]string{{"claim", v.Claim}, {"node", v.Node}, {"device", v.Device}} {
+			if kv[1] != "" {
+				fmt.Fprintf(b, "  %s=%s", kv[0], kv[1])
+			}
+		}
+		fmt.Fprintf(b, "\n  owner: the %s layer. %s.\n", v.Layer, layerAdvice[v.Layer])
+	case v.Note != "":
+		fmt.Fprintf(b, "Verdict: NOT CLASSIFIED  %s\n", v.Note)
+	case p.Ready():
+		b.WriteString("Verdict: READY  every link passes\n")
+	default:
+		b.WriteString("Verdict: WAITING  no DRA link fails; the pod is being bound\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+var layerAdvice = map[Layer]string{
+	LayerController:  "Check the pod's resourceClaims references, kube-controller-manager (resourceclaim controller) and admission webhooks; restarting kubelets will not help",
+	LayerScheduler:   "Check DeviceClass, ResourceSlices (is the driver publishing?), CEL selectors and the scheduler's events; do not set spec.nodeName by hand",
+	LayerNode:        "Check the kubelet, the DRA driver's kubelet plugin (gRPC NodePrepareResources), CDI and the container runtime on the node",
+	LayerApplication: "The GPU is prepared; check the model load, readiness probe, storage and network of the workload",
+}

@@ -1,0 +1,411 @@
+package classify
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
+
+// State is the outcome of one link.
+type State string
+
+// Link states. Wait marks a link that is not a DRA failure but holds the pod
+// (binding in progress); Skip marks links after the first failure.
+const (
+	Pass State = "PASS"
+	Fail State = "FAIL"
+	Wait State = "WAIT"
+	Skip State = "SKIP"
+)
+
+// Link is one step of the chain from a pod to a ready GPU.
+type Link struct {
+	Step     string
+	Layer    Layer
+	Claim    string // the claim (or pod claim entry) the step is about
+	State    State
+	Reason   Reason // set when State is Fail
+	Evidence []string
+}
+
+// Verdict is the decision tree's answer for one pod.
+type Verdict struct {
+	Pod  *index.Pod
+	Lane string
+	// DRA is true when the pod gets devices through DRA.
+	DRA bool
+	// Blocked is true when the pod is not Ready because of a failing link.
+	Blocked bool
+	Reason  Reason
+	Layer   Layer
+	Claim   string
+	Node    string
+	Device  string
+	Links   []Link
+	// Note says why a pod is not classified (not a DRA pod, finished...).
+	Note string
+}
+
+// Pod walks the decision tree for one pod.
+func Pod(s *index.Snapshot, p *index.Pod) Verdict {
+	v := Verdict{Pod: p, Lane: s.PodLane(p)}
+	v.DRA = v.Lane == index.LaneDRA || v.Lane == index.LaneDRAExtended
+	switch {
+	case !v.DRA:
+		v.Note = "the pod does not use DRA"
+		if v.Lane == index.LaneDevicePlugin {
+			v.Note = "the pod gets its GPUs from the device-plugin lane"
+		}
+		return v
+	case p.Terminal():
+		v.Note = fmt.Sprintf("the pod has finished (phase %s)", p.Obj.Status.Phase)
+		return v
+	case p.Obj.DeletionTimestamp != nil:
+		v.Note = "the pod is being deleted"
+		return v
+	}
+	w := walker{s: s, p: p, v: &v}
+	w.walk()
+	return v
+}
+
+// Blocked returns the verdicts of every DRA pod that is blocked.
+func Blocked(s *index.Snapshot) []Verdict {
+	var out []Verdict
+	for _, p := range s.Pods {
+		if p.Ready() || p.Terminal() || p.Obj.DeletionTimestamp != nil {
+			continue
+		}
+		if v := Pod(s, p); v.Blocked {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+type walker struct {
+	s *index.Snapshot
+	p *index.Pod
+	v *Verdict
+	// first failure so far
+	failed *Link
+	fClaim *index.Claim
+	fName  string
+}
+
+func (w *walker) add(l Link) *Link {
+	w.v.Links = append(w.v.Links, l)
+	return &w.v.Links[len(w.v.Links)-1]
+}
+
+func (w *walker) fail(l Link, claim *index.Claim, claimName string) {
+	l.State = Fail
+	l.Layer = l.Reason.Layer()
+	w.add(l)
+	if w.failed == nil || l.Reason.rank() < w.failed.Reason.rank() {
+		cp := l
+		w.failed, w.fClaim, w.fName = &cp, claim, claimName
+	}
+}
+
+func (w *walker) walk() {
+	claims := w.s.ResolvePodClaims(w.p)
+	for _, pc := range claims {
+		w.walkClaim(pc)
+	}
+	if w.v.Lane == index.LaneDRAExtended && !hasExtendedClaim(claims) {
+		w.walkExtendedRequests()
+	}
+	if w.failed != nil {
+		w.add(Link{Step: "pod scheduled, prepared, ready", State: Skip, Evidence: []string{"not evaluated: an earlier link failed"}})
+		w.conclude()
+		return
+	}
+	w.walkPod(claims)
+	w.conclude()
+}
+
+func hasExtendedClaim(claims []index.PodClaim) bool {
+	for _, pc := range claims {
+		if pc.Name == "" {
+			return true
+		}
+	}
+	return false
+}
+
+func (w *walker) conclude() {
+	if w.failed == nil {
+		return
+	}
+	v := w.v
+	v.Blocked = true
+	v.Reason = w.failed.Reason
+	v.Layer = w.failed.Reason.Layer()
+	v.Claim = w.fName
+	v.Node = w.p.Obj.Spec.NodeName
+	c := w.fClaim
+	if c == nil && v.Layer != LayerController && v.Layer != LayerScheduler {
+		c = firstAllocated(w.s.ResolvePodClaims(w.p))
+		if c != nil {
+			v.Claim = c.Key.Name
+		}
+	}
+	if c != nil && len(c.Results) > 0 {
+		v.Device = c.Results[0].Device.Device
+		if v.Node == "" {
+			v.Node = claimNode(w.s, c)
+		}
+	}
+}
+
+func firstAllocated(claims []index.PodClaim) *index.Claim {
+	for _, pc := range claims {
+		if pc.Claim != nil && pc.Claim.Allocated() {
+			return pc.Claim
+		}
+	}
+	return nil
+}
+
+// claimNode is the node of an allocation: its node selector, else the node
+// of its first node-local device.
+func claimNode(s *index.Snapshot, c *index.Claim) string {
+	if c.Node != "" {
+		return c.Node
+	}
+	for _, r := range c.Results {
+		if d := s.Device(r.Device); d != nil && d.Node != "" {
+			return d.Node
+		}
+	}
+	return ""
+}
+
+func (w *walker) walkClaim(pc index.PodClaim) {
+	label := pc.ClaimName
+	if label == "" {
+		label = pc.Name
+	}
+	exists := Link{Step: "claim exists", Layer: LayerController, Claim: label}
+	if pc.Claim == nil {
+		switch {
+		case pc.Template != "" || pc.Name == "":
+			exists.Reason = ClaimNotCreated
+			exists.Evidence = w.notCreatedEvidence(pc)
+		default:
+			exists.Reason = ClaimNotFound
+			exists.Evidence = []string{fmt.Sprintf("pod.spec.resourceClaims[%s] names ResourceClaim %s/%s, which does not exist", pc.Name, w.p.Key.Namespace, pc.ClaimName)}
+		}
+		w.fail(exists, nil, pc.ClaimName)
+		return
+	}
+	c := pc.Claim
+	exists.State = Pass
+	switch {
+	case pc.Template != "":
+		exists.Evidence = []string{fmt.Sprintf("ResourceClaim %s generated from template %s for pod claim %s", c.Key, pc.Template, pc.Name)}
+	case pc.Name == "":
+		exists.Evidence = []string{fmt.Sprintf("ResourceClaim %s created by the scheduler for the pod's extended-resource requests", c.Key)}
+	default:
+		exists.Evidence = []string{fmt.Sprintf("ResourceClaim %s named by pod claim %s", c.Key, pc.Name)}
+	}
+	w.add(exists)
+
+	if !c.Allocated() {
+		if w.walkRequests(c) {
+			l := Link{Step: "claim allocated", Claim: c.Key.Name, Reason: Unallocated}
+			l.Evidence = append([]string{"every request has free matching devices, yet the claim is unallocated: look at node resources, affinity, taints and claim constraints"}, w.schedulingEvidence()...)
+			w.fail(l, c, c.Key.Name)
+		}
+		return
+	}
+	alloc := Link{Step: "claim allocated", Layer: LayerScheduler, Claim: c.Key.Name, State: Pass}
+	for _, r := range c.Results {
+		alloc.Evidence = append(alloc.Evidence, w.describeResult(c, r))
+	}
+	if n := claimNode(w.s, c); n != "" {
+		alloc.Evidence = append(alloc.Evidence, "node: "+n)
+	}
+	w.add(alloc)
+
+	reserved := Link{Step: "claim reserved for pod", Layer: LayerScheduler, Claim: c.Key.Name}
+	if !c.ReservedFor(w.p.UID) {
+		reserved.Reason = NotReserved
+		reserved.Evidence = []string{fmt.Sprintf("status.reservedFor names %s, not this pod (uid %s)", describeReservations(c), w.p.UID)}
+		reserved.Evidence = append(reserved.Evidence, w.schedulingEvidence()...)
+		w.fail(reserved, c, c.Key.Name)
+		return
+	}
+	reserved.State = Pass
+	reserved.Evidence = []string{fmt.Sprintf("status.reservedFor includes pod %s (uid %s)", w.p.Key.Name, w.p.UID)}
+	w.add(reserved)
+}
+
+func (w *walker) describeResult(c *index.Claim, r index.Result) string {
+	b := &strings.Builder{}
+	fmt.Fprintf(b, "request %s: device %s", r.Request, r.Device)
+	if r.Class != "" {
+		fmt.Fprintf(b, " (class %s)", r.Class)
+	}
+	if d := w.s.Device(r.Device); d != nil {
+		if d.GPUUUID != "" {
+			fmt.Fprintf(b, ", uuid %s", d.GPUUUID)
+		}
+		if d.Node != "" {
+			fmt.Fprintf(b, ", node %s", d.Node)
+		}
+		fmt.Fprintf(b, ", slice %s", d.Slice)
+	} else {
+		b.WriteString(", not published by any current ResourceSlice")
+	}
+	if r.AdminAccess {
+		b.WriteString(", admin access")
+	}
+	return b.String()
+}
+
+func describeReservations(c *index.Claim) string {
+	if len(c.Obj.Status.ReservedFor) == 0 {
+		return "nobody"
+	}
+	parts := make([]string, 0, len(c.Obj.Status.ReservedFor))
+	for _, r := range c.Obj.Status.ReservedFor {
+		parts = append(parts, fmt.Sprintf("%s %s (uid %s)", r.Resource, r.Name, r.UID))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (w *walker) notCreatedEvidence(pc index.PodClaim) []string {
+	var ev []string
+	switch {
+	case pc.Name == "":
+		ev = append(ev, fmt.Sprintf("pod.status.extendedResourceClaimStatus names ResourceClaim %s, which does not exist", pc.ClaimName))
+	case pc.ClaimName != "":
+		ev = append(ev, fmt.Sprintf("pod.status.resourceClaimStatuses[%s] names ResourceClaim %s, which does not exist (or belongs to another pod)", pc.Name, pc.ClaimName))
+	default:
+		ev = append(ev, fmt.Sprintf("no claim generated from template %s for pod claim %s (pod.status.resourceClaimStatuses has no entry)", pc.Template, pc.Name))
+	}
+	for _, e := range w.s.PodEvents(w.p) {
+		if e.Reason == index.ReasonFailedResourceClaimCreation {
+			ev = append(ev, eventEvidence(e))
+			break
+		}
+	}
+	return ev
+}
+
+func eventEvidence(e *index.Event) string {
+	reporter := e.Reporter
+	if reporter == "" {
+		reporter = "unknown"
+	}
+	return fmt.Sprintf("event %s from %s at %s (x%d): %s", e.Reason, reporter, e.Timestamp.UTC().Format("2006-01-02T15:04:05Z"), e.Count, e.Message)
+}
+
+func (w *walker) schedulingEvidence() []string {
+	for _, e := range w.s.PodEvents(w.p) {
+		if e.Reason == index.ReasonFailedScheduling {
+			return []string{eventEvidence(e)}
+		}
+	}
+	for _, c := range w.p.Obj.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+			return []string{fmt.Sprintf("condition PodScheduled=False (%s): %s", c.Reason, c.Message)}
+		}
+	}
+	return nil
+}
+
+// walkPod checks the links after allocation: binding, node preparation,
+// containers, readiness.
+func (w *walker) walkPod(claims []index.PodClaim) {
+	pod := w.p.Obj
+	if pod.Spec.NodeName == "" {
+		l := Link{Step: "pod bound to a node", Layer: LayerScheduler, State: Wait,
+			Evidence: []string{"every claim is allocated and reserved for the pod; binding is in progress (not a DRA failure)"}}
+		l.Evidence = append(l.Evidence, w.schedulingEvidence()...)
+		w.add(l)
+		return
+	}
+	w.add(Link{Step: "pod bound to a node", Layer: LayerScheduler, State: Pass, Evidence: []string{"spec.nodeName: " + pod.Spec.NodeName}})
+
+	prepared := Link{Step: "node prepared the devices", Layer: LayerNode}
+	if !w.p.Started() {
+		if e := nodeFailure(w.s.PodEvents(w.p)); e != nil {
+			prepared.Reason = NodePrepareFailed
+			prepared.Evidence = []string{eventEvidence(e)}
+		} else {
+			prepared.Reason = NodePreparePending
+			prepared.Evidence = []string{fmt.Sprintf("pod phase %s; no container has started", pod.Status.Phase)}
+			prepared.Evidence = append(prepared.Evidence, waitingReasons(pod)...)
+		}
+		w.fail(prepared, nil, "")
+		return
+	}
+	prepared.State = Pass
+	prepared.Evidence = []string{"containers have started, so NodePrepareResources succeeded"}
+	w.add(prepared)
+
+	ready := Link{Step: "pod ready", Layer: LayerApplication}
+	if !w.p.Ready() {
+		ready.Reason = NotReady
+		ready.Evidence = readinessEvidence(pod)
+		w.fail(ready, nil, "")
+		return
+	}
+	ready.State = Pass
+	ready.Evidence = []string{"condition Ready=True"}
+	w.add(ready)
+}
+
+// nodeFailure returns the newest node-side DRA failure event.
+func nodeFailure(events []*index.Event) *index.Event {
+	for _, e := range events {
+		if index.IsNodePrepareFailure(e.Reason, e.Message) {
+			return e
+		}
+	}
+	return nil
+}
+
+func waitingReasons(pod *corev1.Pod) []string {
+	var out []string
+	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		if cs.State.Waiting != nil {
+			s := fmt.Sprintf("container %s waiting: %s", cs.Name, cs.State.Waiting.Reason)
+			if cs.State.Waiting.Message != "" {
+				s += ": " + cs.State.Waiting.Message
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func readinessEvidence(pod *corev1.Pod) []string {
+	var out []string
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			s := fmt.Sprintf("condition %s=%s", c.Type, c.Status)
+			if c.Reason != "" {
+				s += " (" + c.Reason + ")"
+			}
+			out = append(out, s)
+		}
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Ready {
+			continue
+		}
+		s := fmt.Sprintf("container %s not ready, %d restarts", cs.Name, cs.RestartCount)
+		if cs.State.Waiting != nil {
+			s += ", waiting: " + cs.State.Waiting.Reason
+		}
+		out = append(out, s)
+	}
+	return out
+}

@@ -1,0 +1,274 @@
+package classify
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
+
+// candidate is one way to satisfy a request: the request itself, or one of
+// its firstAvailable subrequests.
+type candidate struct {
+	name      string
+	class     string
+	selectors []resourceapi.DeviceSelector
+	mode      resourceapi.DeviceAllocationMode
+	count     int64
+	admin     bool
+}
+
+func candidates(r resourceapi.DeviceRequest) []candidate {
+	if r.Exactly != nil {
+		e := r.Exactly
+		return []candidate{{name: r.Name, class: e.DeviceClassName, selectors: e.Selectors, mode: e.AllocationMode, count: e.Count,
+			admin: e.AdminAccess != nil && *e.AdminAccess}}
+	}
+	out := make([]candidate, 0, len(r.FirstAvailable))
+	for _, s := range r.FirstAvailable {
+		out = append(out, candidate{name: r.Name + "/" + s.Name, class: s.DeviceClassName, selectors: s.Selectors, mode: s.AllocationMode, count: s.Count})
+	}
+	return out
+}
+
+// check is the outcome of the scheduler-side links for one candidate.
+type check struct {
+	links []Link
+	fail  Reason // "" when every link passed
+}
+
+// walkRequests checks, for each request of an unallocated claim, that its
+// class exists, selects devices, that the request's selectors keep some,
+// and that enough of those are free. It reports whether all passed.
+func (w *walker) walkRequests(c *index.Claim) bool {
+	ok := true
+	for _, r := range c.Obj.Spec.Devices.Requests {
+		var best *check
+		for _, cand := range candidates(r) {
+			ch := w.checkCandidate(c, cand)
+			if best == nil || ch.fail == "" || (best.fail != "" && ch.fail.rank() > best.fail.rank()) {
+				best = &ch
+			}
+			if ch.fail == "" {
+				break
+			}
+		}
+		if best == nil {
+			continue
+		}
+		for _, l := range best.links {
+			if l.State == Fail {
+				w.fail(l, c, c.Key.Name)
+				ok = false
+			} else {
+				w.add(l)
+			}
+		}
+	}
+	return ok
+}
+
+func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
+	var ch check
+	link := func(step string) Link {
+		return Link{Step: fmt.Sprintf("%s (request %s)", step, cand.name), Layer: LayerScheduler, Claim: c.Key.Name}
+	}
+	failed := func(l Link, reason Reason, ev ...string) check {
+		l.State, l.Reason, l.Evidence = Fail, reason, ev
+		ch.links = append(ch.links, l)
+		ch.fail = reason
+		return ch
+	}
+	class := w.s.Class(cand.class)
+	if class == nil {
+		return failed(link("device class exists"), DeviceClassNotFound, fmt.Sprintf("DeviceClass %q does not exist", cand.class))
+	}
+	ch.links = append(ch.links, Link{Step: fmt.Sprintf("device class exists (request %s)", cand.name), Layer: LayerScheduler, Claim: c.Key.Name, State: Pass,
+		Evidence: []string{"DeviceClass " + class.Name}})
+
+	devices := w.s.ClassDevices(class.Name)
+	if len(devices) == 0 {
+		return failed(link("devices published for class"), NoDevicesForClass, classEvidence(w.s, class)...)
+	}
+	pub := link("devices published for class")
+	pub.State, pub.Evidence = Pass, []string{fmt.Sprintf("%d devices of class %s on %s", len(devices), class.Name, nodesOf(devices))}
+	ch.links = append(ch.links, pub)
+
+	selected := devices
+	if len(cand.selectors) > 0 {
+		var errs []string
+		selected, errs = w.s.Select(class.Name, cand.selectors)
+		if len(selected) == 0 {
+			ev := []string{fmt.Sprintf("the request's selectors keep 0 of the %d devices of class %s", len(devices), class.Name)}
+			ev = append(ev, expressions(cand.selectors)...)
+			ev = append(ev, errs...)
+			return failed(link("request selectors match devices"), SelectorMatchesNothing, ev...)
+		}
+		sel := link("request selectors match devices")
+		sel.State, sel.Evidence = Pass, []string{fmt.Sprintf("%d of %d devices of class %s match", len(selected), len(devices), class.Name)}
+		ch.links = append(ch.links, sel)
+	}
+
+	if cand.admin {
+		return ch // admin access may use devices that are allocated
+	}
+	free := 0
+	for _, d := range selected {
+		if w.s.Available(d) {
+			free++
+		}
+	}
+	need := int(max(cand.count, 1))
+	if cand.mode == resourceapi.DeviceAllocationModeAll {
+		need = len(selected)
+	}
+	capLink := link("free matching devices")
+	if free < need {
+		ev := []string{fmt.Sprintf("%d of %d matching devices are free, the request needs %d", free, len(selected), need)}
+		ev = append(ev, holders(w.s, selected)...)
+		return failed(capLink, CapacityExhausted, ev...)
+	}
+	capLink.State, capLink.Evidence = Pass, []string{fmt.Sprintf("%d of %d matching devices are free, the request needs %d", free, len(selected), need)}
+	ch.links = append(ch.links, capLink)
+	return ch
+}
+
+func classEvidence(s *index.Snapshot, class *index.Class) []string {
+	ev := []string{fmt.Sprintf("DeviceClass %s selects no device of any current ResourceSlice", class.Name)}
+	ev = append(ev, expressions(class.Selectors)...)
+	if class.CompileError != "" {
+		ev = append(ev, "class selector does not compile: "+class.CompileError)
+	}
+	errors := 0
+	var sample string
+	for _, d := range s.Devices {
+		if msg, ok := d.ClassErrors[class.Name]; ok {
+			errors++
+			if sample == "" {
+				sample = d.Key.String() + ": " + msg
+			}
+		}
+	}
+	if errors > 0 {
+		ev = append(ev, fmt.Sprintf("the class selectors failed on %d devices, e.g. %s", errors, sample))
+	}
+	if len(s.Devices) == 0 {
+		ev = append(ev, "no ResourceSlice publishes any device: is the DRA driver running?")
+	} else {
+		ev = append(ev, fmt.Sprintf("%d devices are published by drivers %s", len(s.Devices), drivers(s.Devices)))
+	}
+	return ev
+}
+
+func expressions(selectors []resourceapi.DeviceSelector) []string {
+	var out []string
+	for _, sel := range selectors {
+		if sel.CEL != nil {
+			out = append(out, "selector: "+sel.CEL.Expression)
+		}
+	}
+	return out
+}
+
+func nodesOf(devices []*index.Device) string {
+	var nodes []string
+	for _, d := range devices {
+		n := d.Node
+		if n == "" {
+			n = "(no node)"
+		}
+		if !slices.Contains(nodes, n) {
+			nodes = append(nodes, n)
+		}
+	}
+	slices.Sort(nodes)
+	return summarize(nodes, "nodes")
+}
+
+func drivers(devices []*index.Device) string {
+	var out []string
+	for _, d := range devices {
+		if !slices.Contains(out, d.Key.Driver) {
+			out = append(out, d.Key.Driver)
+		}
+	}
+	slices.Sort(out)
+	return summarize(out, "drivers")
+}
+
+func summarize(items []string, noun string) string {
+	if len(items) <= 4 {
+		return strings.Join(items, ", ")
+	}
+	return fmt.Sprintf("%s and %d more %s", strings.Join(items[:4], ", "), len(items)-4, noun)
+}
+
+// holders names the claims that hold the matching devices (a few).
+func holders(s *index.Snapshot, devices []*index.Device) []string {
+	var out []string
+	for _, d := range devices {
+		for _, c := range s.AllocatedTo(d.Key) {
+			if len(out) == 3 {
+				return append(out, "...")
+			}
+			out = append(out, fmt.Sprintf("%s held by claim %s", d.Key, c.Key))
+		}
+	}
+	return out
+}
+
+// walkExtendedRequests checks a pod whose extended-resource requests are
+// served by a device class and for which the scheduler has not yet created
+// a claim. Both lanes can serve such a request: DRA devices of the class and
+// device-plugin capacity of nodes that advertise the resource.
+func (w *walker) walkExtendedRequests() {
+	names := make([]string, 0, len(w.p.ExtendedRequests))
+	for name := range w.p.ExtendedRequests {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	failedAny := false
+	for _, name := range names {
+		class := w.s.ClassForExtendedResource(name)
+		if class == nil {
+			continue
+		}
+		want := w.p.ExtendedRequests[name]
+		devices := w.s.ClassDevices(class.Name)
+		var pluginTotal, pluginFree int64
+		for _, n := range w.s.Nodes {
+			pluginTotal += n.Allocatable[name]
+		}
+		if pluginTotal > 0 {
+			pluginFree = w.s.DevicePluginFree(name)
+		}
+		step := fmt.Sprintf("extended resource %s served by class %s", name, class.Name)
+		if len(devices) == 0 && pluginTotal == 0 {
+			w.fail(Link{Step: step, Reason: NoDevicesForClass, Evidence: classEvidence(w.s, class)}, nil, "")
+			failedAny = true
+			continue
+		}
+		free := pluginFree
+		for _, d := range devices {
+			if w.s.Available(d) {
+				free++
+			}
+		}
+		ev := fmt.Sprintf("%d DRA devices of class %s, %d device-plugin %s on nodes; %d free, the pod requests %d", len(devices), class.Name, pluginTotal, name, free, want)
+		if free < want {
+			w.fail(Link{Step: step, Reason: CapacityExhausted, Evidence: []string{ev}}, nil, "")
+			failedAny = true
+			continue
+		}
+		w.add(Link{Step: step, Layer: LayerScheduler, State: Pass, Evidence: []string{ev}})
+	}
+	if !failedAny {
+		l := Link{Step: "extended-resource claim allocated", Reason: Unallocated,
+			Evidence: []string{"free devices exist, but the scheduler has not allocated a claim for the pod's extended resources"}}
+		l.Evidence = append(l.Evidence, w.schedulingEvidence()...)
+		w.fail(l, nil, "")
+	}
+}

@@ -1,0 +1,87 @@
+// Package classify walks the DRA decision tree for a pod over an index
+// snapshot: it names the first failing link between a pod and its GPU and
+// the layer (controller, scheduler, node, application) that owns it. It also
+// finds leaked reservations. Both are pure functions of the snapshot.
+package classify
+
+// Layer owns a failure.
+type Layer string
+
+// The layers, in the order a pod meets them.
+const (
+	LayerController  Layer = "controller"
+	LayerScheduler   Layer = "scheduler"
+	LayerNode        Layer = "node"
+	LayerApplication Layer = "application"
+)
+
+// Reason is a failing link of the decision tree. The set is closed.
+type Reason string
+
+// The reasons, in tree order: when several links fail, the earliest wins.
+const (
+	ClaimNotCreated        Reason = "claim_not_created"
+	ClaimNotFound          Reason = "claim_not_found"
+	DeviceClassNotFound    Reason = "device_class_not_found"
+	NoDevicesForClass      Reason = "no_devices_for_class"
+	SelectorMatchesNothing Reason = "selector_matches_nothing"
+	CapacityExhausted      Reason = "capacity_exhausted"
+	Unallocated            Reason = "unallocated"
+	NotReserved            Reason = "not_reserved"
+	NodePrepareFailed      Reason = "node_prepare_failed"
+	NodePreparePending     Reason = "node_prepare_pending"
+	NotReady               Reason = "not_ready"
+)
+
+// Reasons lists every reason in tree order.
+var Reasons = []Reason{
+	ClaimNotCreated, ClaimNotFound, DeviceClassNotFound, NoDevicesForClass,
+	SelectorMatchesNothing, CapacityExhausted, Unallocated, NotReserved,
+	NodePrepareFailed, NodePreparePending, NotReady,
+}
+
+var reasonLayer = map[Reason]Layer{
+	ClaimNotCreated:        LayerController,
+	ClaimNotFound:          LayerController,
+	DeviceClassNotFound:    LayerScheduler,
+	NoDevicesForClass:      LayerScheduler,
+	SelectorMatchesNothing: LayerScheduler,
+	CapacityExhausted:      LayerScheduler,
+	Unallocated:            LayerScheduler,
+	NotReserved:            LayerScheduler,
+	NodePrepareFailed:      LayerNode,
+	NodePreparePending:     LayerNode,
+	NotReady:               LayerApplication,
+}
+
+var reasonMeaning = map[Reason]string{
+	ClaimNotCreated:        "the claim for a ResourceClaimTemplate was not generated (resourceclaim controller, admission webhooks)",
+	ClaimNotFound:          "the pod names a ResourceClaim that does not exist",
+	DeviceClassNotFound:    "a request names a DeviceClass that does not exist",
+	NoDevicesForClass:      "no ResourceSlice device matches the class selectors (is the driver publishing?)",
+	SelectorMatchesNothing: "the claim's own CEL selectors exclude every device of the class",
+	CapacityExhausted:      "matching devices exist, but all are allocated",
+	Unallocated:            "the claim is still unallocated for another reason (constraints, node affinity, taints, node resources)",
+	NotReserved:            "the claim is allocated, but status.reservedFor does not name this pod",
+	NodePrepareFailed:      "the pod is bound and the kubelet reported a DRA prepare failure",
+	NodePreparePending:     "the pod is bound and its containers have not started yet",
+	NotReady:               "containers run, but the pod is not Ready (readiness failing)",
+}
+
+// Layer returns the layer that owns the reason.
+func (r Reason) Layer() Layer { return reasonLayer[r] }
+
+// Meaning explains the reason in one sentence.
+func (r Reason) Meaning() string { return reasonMeaning[r] }
+
+func (r Reason) rank() int {
+	for i, x := range Reasons {
+		if x == r {
+			return i
+		}
+	}
+	return len(Reasons)
+}
+
+// Layers lists the layers in order.
+var Layers = []Layer{LayerController, LayerScheduler, LayerNode, LayerApplication}

@@ -1,0 +1,222 @@
+package index
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func newClaim(obj *resourceapi.ResourceClaim) *Claim {
+	c := &Claim{
+		Obj:      obj,
+		Key:      Key{obj.Namespace, obj.Name},
+		UID:      obj.UID,
+		Extended: obj.Annotations[resourceapi.ExtendedResourceClaimAnnotation] == "true",
+		Requests: make(map[string]string, len(obj.Spec.Devices.Requests)),
+	}
+	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil && ref.Kind == "Pod" && ref.APIVersion == "v1" {
+		c.OwnerPod = &Owner{Name: ref.Name, UID: ref.UID}
+	}
+	for _, r := range obj.Spec.Devices.Requests {
+		if r.Exactly != nil {
+			c.Requests[r.Name] = r.Exactly.DeviceClassName
+		}
+		for _, sub := range r.FirstAvailable {
+			c.Requests[r.Name+"/"+sub.Name] = sub.DeviceClassName
+		}
+	}
+	alloc := obj.Status.Allocation
+	if alloc == nil {
+		return c
+	}
+	if alloc.AllocationTimestamp != nil {
+		c.AllocatedAt = alloc.AllocationTimestamp.Time
+	}
+	c.Node = nodeFromSelector(alloc.NodeSelector)
+	c.Results = make([]Result, 0, len(alloc.Devices.Results))
+	for _, r := range alloc.Devices.Results {
+		class, ok := c.Requests[r.Request]
+		if !ok {
+			parent, _, _ := strings.Cut(r.Request, "/")
+			class = c.Requests[parent]
+		}
+		c.Results = append(c.Results, Result{
+			Request:     r.Request,
+			Class:       class,
+			Device:      DeviceKey{Driver: r.Driver, Pool: r.Pool, Device: r.Device},
+			AdminAccess: r.AdminAccess != nil && *r.AdminAccess,
+		})
+	}
+	return c
+}
+
+// nodeFromSelector returns the node an allocation is bound to. The scheduler
+// writes one term with matchFields metadata.name In [node]; a selector of any
+// other shape is not node-local.
+func nodeFromSelector(sel *corev1.NodeSelector) string {
+	if sel == nil || len(sel.NodeSelectorTerms) != 1 {
+		return ""
+	}
+	term := sel.NodeSelectorTerms[0]
+	for _, req := range append(term.MatchFields, term.MatchExpressions...) {
+		if (req.Key == "metadata.name" || req.Key == corev1.LabelHostname) &&
+			req.Operator == corev1.NodeSelectorOpIn && len(req.Values) == 1 {
+			return req.Values[0]
+		}
+	}
+	return ""
+}
+
+func newClass(obj *resourceapi.DeviceClass) *Class {
+	c := &Class{Name: obj.Name, Selectors: obj.Spec.Selectors}
+	if obj.Spec.ExtendedResourceName != nil {
+		c.ExtendedResource = *obj.Spec.ExtendedResourceName
+	}
+	return c
+}
+
+func newPod(obj *corev1.Pod) *Pod {
+	return &Pod{
+		Obj:              obj,
+		Key:              Key{obj.Namespace, obj.Name},
+		UID:              obj.UID,
+		ExtendedRequests: extendedRequests(&obj.Spec),
+	}
+}
+
+// extendedRequests computes the pod's effective request of each extended
+// resource: the sum over app containers, or the largest init container when
+// that is larger (the scheduler's rule).
+func extendedRequests(spec *corev1.PodSpec) map[string]int64 {
+	var out map[string]int64
+	add := func(name corev1.ResourceName, q resource.Quantity, sum bool) {
+		if !IsExtendedResource(string(name)) {
+			return
+		}
+		if out == nil {
+			out = map[string]int64{}
+		}
+		v := q.Value()
+		if sum {
+			out[string(name)] += v
+		} else if v > out[string(name)] {
+			out[string(name)] = v
+		}
+	}
+	for _, c := range spec.Containers {
+		for name, q := range containerRequests(c) {
+			add(name, q, true)
+		}
+	}
+	for _, c := range spec.InitContainers {
+		for name, q := range containerRequests(c) {
+			add(name, q, false)
+		}
+	}
+	return out
+}
+
+// containerRequests returns requests, defaulted from limits as the API
+// server does for extended resources.
+func containerRequests(c corev1.Container) corev1.ResourceList {
+	if len(c.Resources.Limits) == 0 {
+		return c.Resources.Requests
+	}
+	out := corev1.ResourceList{}
+	for name, q := range c.Resources.Limits {
+		out[name] = q
+	}
+	for name, q := range c.Resources.Requests {
+		out[name] = q
+	}
+	return out
+}
+
+// IsExtendedResource reports whether a resource name is an extended resource
+// (a domain-qualified name outside kubernetes.io, or the implicit DeviceClass
+// name).
+func IsExtendedResource(name string) bool {
+	if strings.HasPrefix(name, resourceapi.ResourceDeviceClassPrefix) {
+		return true
+	}
+	if !strings.Contains(name, "/") || strings.HasPrefix(name, "requests.") {
+		return false
+	}
+	return !strings.Contains(name, "kubernetes.io/")
+}
+
+func newNode(obj *corev1.Node) *Node {
+	n := &Node{Name: obj.Name}
+	for name, q := range obj.Status.Allocatable {
+		if IsExtendedResource(string(name)) {
+			if n.Allocatable == nil {
+				n.Allocatable = map[string]int64{}
+			}
+			n.Allocatable[string(name)] = q.Value()
+		}
+	}
+	return n
+}
+
+func newCoreEvent(obj *corev1.Event) *Event {
+	e := &Event{
+		Key:     Key{obj.Namespace, obj.Name},
+		Pod:     Key{obj.InvolvedObject.Namespace, obj.InvolvedObject.Name},
+		PodUID:  obj.InvolvedObject.UID,
+		Reason:  obj.Reason,
+		Message: obj.Message,
+		Count:   obj.Count,
+	}
+	e.Reporter = obj.ReportingController
+	if e.Reporter == "" {
+		e.Reporter = obj.Source.Component
+	}
+	switch {
+	case obj.Series != nil && !obj.Series.LastObservedTime.IsZero():
+		e.Timestamp = obj.Series.LastObservedTime.Time
+		e.Count = obj.Series.Count
+	case !obj.LastTimestamp.IsZero():
+		e.Timestamp = obj.LastTimestamp.Time
+	case !obj.EventTime.IsZero():
+		e.Timestamp = obj.EventTime.Time
+	case !obj.FirstTimestamp.IsZero():
+		e.Timestamp = obj.FirstTimestamp.Time
+	default:
+		e.Timestamp = obj.CreationTimestamp.Time
+	}
+	if e.Count == 0 {
+		e.Count = 1
+	}
+	return e
+}
+
+func newEventsV1Event(obj *eventsv1.Event) *Event {
+	e := &Event{
+		Key:      Key{obj.Namespace, obj.Name},
+		Pod:      Key{obj.Regarding.Namespace, obj.Regarding.Name},
+		PodUID:   obj.Regarding.UID,
+		Reason:   obj.Reason,
+		Message:  obj.Note,
+		Reporter: obj.ReportingController,
+		Count:    obj.DeprecatedCount,
+	}
+	switch {
+	case obj.Series != nil && !obj.Series.LastObservedTime.IsZero():
+		e.Timestamp = obj.Series.LastObservedTime.Time
+		e.Count = obj.Series.Count
+	case !obj.EventTime.IsZero():
+		e.Timestamp = obj.EventTime.Time
+	case !obj.DeprecatedLastTimestamp.IsZero():
+		e.Timestamp = obj.DeprecatedLastTimestamp.Time
+	default:
+		e.Timestamp = obj.CreationTimestamp.Time
+	}
+	if e.Count == 0 {
+		e.Count = 1
+	}
+	return e
+}

@@ -1,0 +1,300 @@
+package index
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/dra-exporter/dra-exporter/internal/celmatch"
+)
+
+// Config configures an Index.
+type Config struct {
+	// Now returns the current time; nil means time.Now.
+	Now func() time.Time
+	// Observer receives latency observations of live transitions; nil
+	// discards them.
+	Observer Observer
+	// DevicePluginResources are the extended resources that device plugins
+	// advertise for GPUs (the legacy lane), such as nvidia.com/gpu.
+	DevicePluginResources []string
+}
+
+// Index holds the joined DRA state. Writers are informer handlers (or the
+// offline loader); readers take a Snapshot.
+type Index struct {
+	mu           sync.RWMutex
+	now          func() time.Time
+	matcher      *celmatch.Matcher
+	devicePlugin []string
+
+	classes     map[string]*Class
+	sliceToPool map[string]PoolKey
+	pools       map[PoolKey]*pool
+	devices     map[DeviceKey]*Device
+	claims      map[Key]*Claim
+	pods        map[Key]*Pod
+	nodes       map[string]*Node
+	events      map[Key]*Event
+
+	// claimsByReservedPod maps a pod UID to the claims reserved for it.
+	claimsByReservedPod map[types.UID]map[Key]struct{}
+	// claimsByOwner maps a pod UID to the claims it controls.
+	claimsByOwner map[types.UID]map[Key]struct{}
+	// unreservedSince records when an allocated claim was first seen
+	// reserving nobody.
+	unreservedSince map[types.UID]time.Time
+
+	latency *latencyTracker
+}
+
+// New returns an empty index.
+func New(cfg Config) *Index {
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Index{
+		now:                 now,
+		devicePlugin:        slices.Clone(cfg.DevicePluginResources),
+		claimsByOwner:       map[types.UID]map[Key]struct{}{},
+		matcher:             celmatch.New(),
+		classes:             map[string]*Class{},
+		sliceToPool:         map[string]PoolKey{},
+		pools:               map[PoolKey]*pool{},
+		devices:             map[DeviceKey]*Device{},
+		claims:              map[Key]*Claim{},
+		pods:                map[Key]*Pod{},
+		nodes:               map[string]*Node{},
+		events:              map[Key]*Event{},
+		claimsByReservedPod: map[types.UID]map[Key]struct{}{},
+		unreservedSince:     map[types.UID]time.Time{},
+		latency:             newLatencyTracker(cfg.Observer),
+	}
+}
+
+// Upsert adds or replaces an object. live is false for objects delivered by
+// an informer's initial list (or read from a file): their past transitions
+// are not observed as latencies. Objects of kinds the index does not use are
+// rejected with an error.
+func (ix *Index) Upsert(obj any, live bool) error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	now := ix.now()
+	switch o := obj.(type) {
+	case *resourceapi.DeviceClass:
+		ix.upsertClass(newClass(o))
+	case *resourceapi.ResourceSlice:
+		ix.upsertSlice(o)
+	case *resourceapi.ResourceClaim:
+		ix.upsertClaim(newClaim(o), now, live)
+	case *corev1.Pod:
+		ix.upsertPod(newPod(o), now, live)
+	case *corev1.Node:
+		ix.nodes[o.Name] = newNode(o)
+	case *corev1.Event:
+		ix.upsertEvent(newCoreEvent(o))
+	case *eventsv1.Event:
+		ix.upsertEvent(newEventsV1Event(o))
+	default:
+		return fmt.Errorf("index: unsupported object type %T", obj)
+	}
+	return nil
+}
+
+// Delete removes an object. It accepts cache.DeletedFinalStateUnknown.
+func (ix *Index) Delete(obj any) error {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	now := ix.now()
+	switch o := obj.(type) {
+	case *resourceapi.DeviceClass:
+		delete(ix.classes, o.Name)
+		ix.rematchClass(o.Name)
+	case *resourceapi.ResourceSlice:
+		ix.deleteSlice(o.Name)
+	case *resourceapi.ResourceClaim:
+		ix.deleteClaim(Key{o.Namespace, o.Name}, now)
+	case *corev1.Pod:
+		ix.deletePod(Key{o.Namespace, o.Name}, now)
+	case *corev1.Node:
+		delete(ix.nodes, o.Name)
+	case *corev1.Event:
+		delete(ix.events, Key{o.Namespace, o.Name})
+	case *eventsv1.Event:
+		delete(ix.events, Key{o.Namespace, o.Name})
+	default:
+		return fmt.Errorf("index: unsupported object type %T", obj)
+	}
+	return nil
+}
+
+func (ix *Index) upsertClass(c *Class) {
+	if err := ix.matcher.Compile(c.Selectors); err != nil {
+		c.CompileError = err.Error()
+	}
+	old := ix.classes[c.Name]
+	ix.classes[c.Name] = c
+	if old == nil || !sameSelectors(old.Selectors, c.Selectors) {
+		ix.rematchClass(c.Name)
+	}
+}
+
+func sameSelectors(a, b []resourceapi.DeviceSelector) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if (a[i].CEL == nil) != (b[i].CEL == nil) || (a[i].CEL != nil && a[i].CEL.Expression != b[i].CEL.Expression) {
+			return false
+		}
+	}
+	return true
+}
+
+func (ix *Index) upsertClaim(c *Claim, now time.Time, live bool) {
+	old := ix.claims[c.Key]
+	if old != nil && old.UID != c.UID {
+		// Deleted and recreated while the watch was down.
+		ix.deleteClaim(c.Key, now)
+		old = nil
+	}
+	ix.claims[c.Key] = c
+	if old != nil {
+		ix.unlinkClaim(old)
+	}
+	for _, r := range c.Obj.Status.ReservedFor {
+		addLink(ix.claimsByReservedPod, r.UID, c.Key)
+	}
+	if c.OwnerPod != nil {
+		addLink(ix.claimsByOwner, c.OwnerPod.UID, c.Key)
+	}
+	switch {
+	case !c.Allocated() || len(c.Obj.Status.ReservedFor) > 0:
+		delete(ix.unreservedSince, c.UID)
+	case live:
+		if _, ok := ix.unreservedSince[c.UID]; !ok {
+			ix.unreservedSince[c.UID] = now
+		}
+	}
+	ix.latency.claimChanged(ix, old, c, now, live)
+}
+
+func (ix *Index) unlinkClaim(c *Claim) {
+	for _, r := range c.Obj.Status.ReservedFor {
+		removeLink(ix.claimsByReservedPod, r.UID, c.Key)
+	}
+	if c.OwnerPod != nil {
+		removeLink(ix.claimsByOwner, c.OwnerPod.UID, c.Key)
+	}
+}
+
+func addLink(m map[types.UID]map[Key]struct{}, uid types.UID, k Key) {
+	set := m[uid]
+	if set == nil {
+		set = map[Key]struct{}{}
+		m[uid] = set
+	}
+	set[k] = struct{}{}
+}
+
+func removeLink(m map[types.UID]map[Key]struct{}, uid types.UID, k Key) {
+	if set := m[uid]; set != nil {
+		delete(set, k)
+		if len(set) == 0 {
+			delete(m, uid)
+		}
+	}
+}
+
+func (ix *Index) deleteClaim(k Key, now time.Time) {
+	old := ix.claims[k]
+	if old == nil {
+		return
+	}
+	delete(ix.claims, k)
+	ix.unlinkClaim(old)
+	delete(ix.unreservedSince, old.UID)
+	ix.latency.claimChanged(ix, old, nil, now, true)
+}
+
+func (ix *Index) upsertPod(p *Pod, now time.Time, live bool) {
+	old := ix.pods[p.Key]
+	if old != nil && old.UID != p.UID {
+		ix.deletePod(p.Key, now)
+		old = nil
+	}
+	if !p.UsesClaims() && len(p.ExtendedRequests) == 0 && p.Obj.Status.ExtendedResourceClaimStatus == nil {
+		// Pods without DRA claims or extended resources take no part.
+		if old != nil {
+			ix.deletePod(p.Key, now)
+		}
+		return
+	}
+	ix.pods[p.Key] = p
+	ix.latency.podChanged(ix, old, p, now, live)
+}
+
+func (ix *Index) deletePod(k Key, now time.Time) {
+	old := ix.pods[k]
+	if old == nil {
+		return
+	}
+	delete(ix.pods, k)
+	ix.latency.podChanged(ix, old, nil, now, true)
+}
+
+func (ix *Index) upsertEvent(e *Event) {
+	if !RelevantEvent(e.Reason, e.Message) {
+		delete(ix.events, e.Key)
+		return
+	}
+	ix.events[e.Key] = e
+}
+
+func (ix *Index) claimByKey(k Key) *Claim { return ix.claims[k] }
+
+func (ix *Index) claimsOwnedBy(uid types.UID) []*Claim {
+	set := ix.claimsByOwner[uid]
+	out := make([]*Claim, 0, len(set))
+	for k := range set {
+		if c := ix.claims[k]; c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (ix *Index) podLane(p *Pod) string {
+	return podLane(p,
+		func(name string) bool { return slices.Contains(ix.devicePlugin, name) },
+		func(node, name string) bool { n := ix.nodes[node]; return n != nil && n.Allocatable[name] > 0 },
+		func(name string) bool { return classForExtendedResource(ix.classes, name) != nil },
+	)
+}
+
+// classForExtendedResource returns the class that serves an extended
+// resource name, explicitly or through the implicit deviceclass name.
+func classForExtendedResource(classes map[string]*Class, name string) *Class {
+	if c, ok := classes[strings.TrimPrefix(name, resourceapi.ResourceDeviceClassPrefix)]; ok && strings.HasPrefix(name, resourceapi.ResourceDeviceClassPrefix) {
+		return c
+	}
+	var found *Class
+	for _, c := range classes {
+		if c.ExtendedResource == name && (found == nil || c.Name < found.Name) {
+			found = c
+		}
+	}
+	return found
+}

@@ -1,0 +1,134 @@
+package index
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Lanes name the ways a pod gets a GPU.
+const (
+	LaneDRA          = "dra"
+	LaneDRAExtended  = "dra-extended"
+	LaneDevicePlugin = "device-plugin"
+)
+
+// PodClaim is one claim a pod depends on, resolved.
+type PodClaim struct {
+	// Name is the entry in pod.spec.resourceClaims; empty for the claim
+	// the scheduler made for the pod's extended-resource requests.
+	Name string
+	// Template is the ResourceClaimTemplate the claim is generated from.
+	Template string
+	// ClaimName is the claim's name when known (named, or recorded in the
+	// pod status, or found through its owner reference).
+	ClaimName string
+	// Claim is the claim object, nil when it does not exist.
+	Claim *Claim
+}
+
+type claimSource interface {
+	claimByKey(Key) *Claim
+	claimsOwnedBy(types.UID) []*Claim
+}
+
+// resolvePodClaims returns the claims a pod depends on, in spec order, then
+// the extended-resource claim. Template entries the controller decided need
+// no claim are left out.
+func resolvePodClaims(src claimSource, p *Pod) []PodClaim {
+	pod := p.Obj
+	out := make([]PodClaim, 0, len(pod.Spec.ResourceClaims)+1)
+	for _, rc := range pod.Spec.ResourceClaims {
+		pc := PodClaim{Name: rc.Name}
+		switch {
+		case rc.ResourceClaimName != nil:
+			pc.ClaimName = *rc.ResourceClaimName
+		case rc.ResourceClaimTemplateName != nil:
+			pc.Template = *rc.ResourceClaimTemplateName
+			status, recorded := claimStatus(pod, rc.Name)
+			if recorded && status.ResourceClaimName == nil {
+				continue // generating a claim was not necessary
+			}
+			if recorded {
+				pc.ClaimName = *status.ResourceClaimName
+			} else if c := generatedClaim(src, p, rc.Name); c != nil {
+				// The controller created the claim but has not yet
+				// recorded it in the pod status.
+				pc.ClaimName = c.Key.Name
+			}
+		default:
+			continue // invalid entry; the API server rejects it
+		}
+		if pc.ClaimName != "" {
+			pc.Claim = src.claimByKey(Key{pod.Namespace, pc.ClaimName})
+			if pc.Claim != nil && pc.Template != "" && (pc.Claim.OwnerPod == nil || pc.Claim.OwnerPod.UID != pod.UID) {
+				// A claim of that name exists but belongs to another
+				// pod (a previous incarnation): not this pod's claim.
+				pc.Claim = nil
+			}
+		}
+		out = append(out, pc)
+	}
+	if st := pod.Status.ExtendedResourceClaimStatus; st != nil && st.ResourceClaimName != "" {
+		out = append(out, PodClaim{ClaimName: st.ResourceClaimName, Claim: src.claimByKey(Key{pod.Namespace, st.ResourceClaimName})})
+	} else {
+		for _, c := range src.claimsOwnedBy(pod.UID) {
+			if c.Extended {
+				out = append(out, PodClaim{ClaimName: c.Key.Name, Claim: c})
+			}
+		}
+	}
+	return out
+}
+
+func claimStatus(pod *corev1.Pod, name string) (corev1.PodResourceClaimStatus, bool) {
+	for _, s := range pod.Status.ResourceClaimStatuses {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return corev1.PodResourceClaimStatus{}, false
+}
+
+func generatedClaim(src claimSource, p *Pod, podClaimName string) *Claim {
+	for _, c := range src.claimsOwnedBy(p.UID) {
+		if c.Obj.Annotations[resourceapi.PodResourceClaimAnnotation] == podClaimName {
+			return c
+		}
+	}
+	return nil
+}
+
+// podLane returns the lane that serves the pod's GPUs, or "" when the pod
+// uses none. extendedByDRA tells whether a device class serves an extended
+// resource name.
+func podLane(p *Pod, devicePluginResource func(string) bool, nodeAllocatable func(node, resource string) bool, extendedByDRA func(string) bool) string {
+	if p.UsesClaims() {
+		return LaneDRA
+	}
+	if p.Obj.Status.ExtendedResourceClaimStatus != nil {
+		return LaneDRAExtended
+	}
+	node := p.Obj.Spec.NodeName
+	byDRA := false
+	for name := range p.ExtendedRequests {
+		if node != "" && nodeAllocatable(node, name) {
+			if devicePluginResource(name) {
+				return LaneDevicePlugin
+			}
+			continue
+		}
+		if extendedByDRA(name) {
+			byDRA = true
+		}
+	}
+	if byDRA {
+		return LaneDRAExtended
+	}
+	for name := range p.ExtendedRequests {
+		if devicePluginResource(name) {
+			return LaneDevicePlugin
+		}
+	}
+	return ""
+}

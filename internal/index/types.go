@@ -1,0 +1,232 @@
+// Package index joins the DRA objects of a cluster: claims to the devices they
+// were allocated, devices to the ResourceSlice that publishes them (node,
+// attributes, capacity), claims to the pods they are reserved for, and device
+// classes to the devices their CEL selectors select. It is built
+// incrementally from informer events (or once from a file of objects) and read
+// through immutable snapshots. It does not import Prometheus.
+package index
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Key names a namespaced object.
+type Key struct {
+	Namespace string
+	Name      string
+}
+
+func (k Key) String() string { return k.Namespace + "/" + k.Name }
+
+// DeviceKey names a device the way an allocation result does.
+type DeviceKey struct {
+	Driver string
+	Pool   string
+	Device string
+}
+
+func (k DeviceKey) String() string { return k.Driver + "/" + k.Pool + "/" + k.Device }
+
+// Device is one device of the newest generation of its pool.
+type Device struct {
+	Key   DeviceKey
+	Slice string
+	// Node is the node the device is local to; empty for network-attached
+	// devices (slices with allNodes or a node selector).
+	Node       string
+	GPUUUID    string
+	Attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	Capacity   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
+	Counters   []resourceapi.DeviceCounterConsumption
+	Taints     []resourceapi.DeviceTaint
+	// Shareable devices (allowMultipleAllocations) may be allocated to
+	// several claims at once.
+	Shareable bool
+	// Classes are the names of the device classes whose selectors select
+	// this device, sorted.
+	Classes []string
+	// ClassErrors maps a class name to the error its selectors gave on this
+	// device; such a device is not selected by that class.
+	ClassErrors map[string]string
+
+	slice *resourceapi.ResourceSlice
+}
+
+// Attribute returns the string form of an attribute, looked up by its bare
+// name in the driver's domain or by its fully qualified name.
+func (d *Device) Attribute(name string) (string, bool) {
+	return attributeString(d.Attributes, d.Key.Driver, name)
+}
+
+func attributeString(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, driver, name string) (string, bool) {
+	a, ok := attrs[resourceapi.QualifiedName(name)]
+	if !ok && !strings.Contains(name, "/") {
+		a, ok = attrs[resourceapi.QualifiedName(driver+"/"+name)]
+	}
+	if !ok {
+		return "", false
+	}
+	switch {
+	case a.StringValue != nil:
+		return *a.StringValue, true
+	case a.VersionValue != nil:
+		return *a.VersionValue, true
+	case a.IntValue != nil:
+		return strconv.FormatInt(*a.IntValue, 10), true
+	case a.BoolValue != nil:
+		if *a.BoolValue {
+			return "true", true
+		}
+		return "false", true
+	}
+	return "", false
+}
+
+// Class is a DeviceClass.
+type Class struct {
+	Name      string
+	Selectors []resourceapi.DeviceSelector
+	// ExtendedResource is the extended resource name that the class
+	// serves (spec.extendedResourceName), empty when unset.
+	ExtendedResource string
+	// CompileError is set when a selector does not compile.
+	CompileError string
+}
+
+// ImplicitExtendedResource is the extended resource name every class serves.
+func (c *Class) ImplicitExtendedResource() string {
+	return resourceapi.ResourceDeviceClassPrefix + c.Name
+}
+
+// Claim is a ResourceClaim with its joins precomputed.
+type Claim struct {
+	Obj *resourceapi.ResourceClaim
+	Key Key
+	UID types.UID
+	// OwnerPod is the controlling owner when it is a Pod (claims generated
+	// from a template or for an extended resource).
+	OwnerPod *Owner
+	// Extended marks a claim the scheduler created for an extended resource.
+	Extended bool
+	// Requests maps a request name ("gpu", or "gpu/sub" for a subrequest)
+	// to its device class.
+	Requests map[string]string
+	// Results are the allocated devices, in allocation order.
+	Results []Result
+	// Node is the node the allocation is bound to, from its node selector;
+	// empty when unallocated or not node-local.
+	Node string
+	// AllocatedAt is status.allocation.allocationTimestamp, or when
+	// absent the time the status manager last wrote the allocation.
+	AllocatedAt time.Time
+}
+
+// Owner is a controlling pod owner reference.
+type Owner struct {
+	Name string
+	UID  types.UID
+}
+
+// Result is one allocated device of a claim.
+type Result struct {
+	Request string
+	Class   string
+	Device  DeviceKey
+	// AdminAccess allocations do not take the device from others.
+	AdminAccess bool
+}
+
+// Allocated reports whether the claim has an allocation.
+func (c *Claim) Allocated() bool { return c.Obj.Status.Allocation != nil }
+
+// ReservedFor reports whether the claim is reserved for the pod UID.
+func (c *Claim) ReservedFor(uid types.UID) bool {
+	for _, r := range c.Obj.Status.ReservedFor {
+		if r.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
+// Classes returns the distinct device classes of the claim's requests, sorted.
+func (c *Claim) Classes() []string {
+	out := make([]string, 0, len(c.Requests))
+	for _, class := range c.Requests {
+		if class != "" && !slices.Contains(out, class) {
+			out = append(out, class)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Pod is a pod that uses DRA or requests an extended resource.
+type Pod struct {
+	Obj *corev1.Pod
+	Key Key
+	UID types.UID
+	// ExtendedRequests are the pod's effective requests of extended
+	// resources (sum over containers, or the largest init container).
+	ExtendedRequests map[string]int64
+}
+
+// Terminal reports whether the pod has finished.
+func (p *Pod) Terminal() bool {
+	return p.Obj.Status.Phase == corev1.PodSucceeded || p.Obj.Status.Phase == corev1.PodFailed
+}
+
+// Ready reports whether the pod's Ready condition is true.
+func (p *Pod) Ready() bool { return podCondition(p.Obj, corev1.PodReady) == corev1.ConditionTrue }
+
+// UsesClaims reports whether the pod names resource claims in its spec.
+func (p *Pod) UsesClaims() bool { return len(p.Obj.Spec.ResourceClaims) > 0 }
+
+// Started reports whether any container of the pod has run, which means
+// its resources were prepared on the node.
+func (p *Pod) Started() bool {
+	for _, statuses := range [][]corev1.ContainerStatus{p.Obj.Status.InitContainerStatuses, p.Obj.Status.ContainerStatuses} {
+		for _, cs := range statuses {
+			if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func podCondition(p *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStatus {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.Status
+		}
+	}
+	return corev1.ConditionUnknown
+}
+
+// Node is a node's extended-resource view.
+type Node struct {
+	Name string
+	// Allocatable holds the node's allocatable extended resources.
+	Allocatable map[string]int64
+}
+
+// Event is the newest Warning event of one reason about one pod.
+type Event struct {
+	Key       Key // the Event object
+	Pod       Key
+	PodUID    types.UID
+	Reason    string
+	Message   string
+	Reporter  string
+	Count     int32
+	Timestamp time.Time
+}
+

@@ -1,0 +1,190 @@
+package objects
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+)
+
+// Problem is an object of the input that was skipped.
+type Problem struct {
+	File string
+	// Doc is the YAML document (from 1); Item the List item (from 1, 0 when
+	// the document is not a List).
+	Doc, Item int
+	// What names the object when it could be read far enough.
+	What string
+	Err  error
+}
+
+func (p Problem) String() string {
+	loc := fmt.Sprintf("%s: document %d", p.File, p.Doc)
+	if p.Item > 0 {
+		loc += fmt.Sprintf(", item %d", p.Item)
+	}
+	if p.What != "" {
+		loc += " (" + p.What + ")"
+	}
+	return loc + ": " + p.Err.Error()
+}
+
+// ErrIgnoredKind marks a well-formed object of a kind the index does not use.
+var ErrIgnoredKind = errors.New("kind not used by dra-exporter, skipped")
+
+var decoder = serializer.NewCodecFactory(scheme.Scheme).UniversalDeserializer()
+
+// Supported reports whether the exporter reads objects of this kind.
+func Supported(obj runtime.Object) bool {
+	switch obj.(type) {
+	case *resourceapi.DeviceClass, *resourceapi.ResourceSlice, *resourceapi.ResourceClaim,
+		*corev1.Pod, *corev1.Node, *corev1.Event, *eventsv1.Event:
+		return true
+	}
+	return false
+}
+
+// LoadFiles reads every file. A file that cannot be opened is an error; an
+// object that cannot be decoded, or is of an unused kind, is a Problem.
+func LoadFiles(paths []string) ([]runtime.Object, []Problem, error) {
+	var objs []runtime.Object
+	var problems []Problem
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read objects: %w", err)
+		}
+		o, p, err := Load(path, f)
+		f.Close()
+		if err != nil {
+			return nil, nil, err
+		}
+		objs = append(objs, o...)
+		problems = append(problems, p...)
+	}
+	return objs, problems, nil
+}
+
+// Load reads YAML or JSON documents from r; each is an object or a List.
+func Load(name string, r io.Reader) ([]runtime.Object, []Problem, error) {
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
+	var objs []runtime.Object
+	var problems []Problem
+	for doc := 1; ; doc++ {
+		raw, err := reader.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: document %d: %w", name, doc, err)
+		}
+		if len(bytes.TrimSpace(raw)) == 0 {
+			continue
+		}
+		data, err := yaml.YAMLToJSON(raw)
+		if err != nil {
+			problems = append(problems, Problem{File: name, Doc: doc, Err: fmt.Errorf("malformed YAML: %w", err)})
+			continue
+		}
+		if string(bytes.TrimSpace(data)) == "null" {
+			continue
+		}
+		var head struct {
+			Kind  string            `json:"kind"`
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(data, &head); err != nil {
+			problems = append(problems, Problem{File: name, Doc: doc, Err: fmt.Errorf("malformed object: %w", err)})
+			continue
+		}
+		if head.Kind == "List" || (strings.HasSuffix(head.Kind, "List") && head.Items != nil) {
+			for i, item := range head.Items {
+				obj, p := decode(item)
+				if p != nil {
+					p.File, p.Doc, p.Item = name, doc, i+1
+					problems = append(problems, *p)
+					continue
+				}
+				objs = append(objs, obj)
+			}
+			continue
+		}
+		obj, p := decode(data)
+		if p != nil {
+			p.File, p.Doc = name, doc
+			problems = append(problems, *p)
+			continue
+		}
+		objs = append(objs, obj)
+	}
+	return objs, problems, nil
+}
+
+// decode turns one JSON object into a typed object. resource.k8s.io/v1beta2
+// has the same schema as v1 and is read as v1.
+func decode(data []byte) (runtime.Object, *Problem) {
+	var tm struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Namespace string `json:"namespace"`
+			Name      string `json:"name"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(data, &tm); err != nil {
+		return nil, &Problem{Err: fmt.Errorf("malformed object: %w", err)}
+	}
+	what := tm.Kind
+	if tm.Metadata.Name != "" {
+		what += " " + strings.TrimPrefix(tm.Metadata.Namespace+"/"+tm.Metadata.Name, "/")
+	}
+	if tm.Kind == "" || tm.APIVersion == "" {
+		return nil, &Problem{What: what, Err: errors.New("object has no apiVersion or kind")}
+	}
+	gv, err := schema.ParseGroupVersion(tm.APIVersion)
+	if err != nil {
+		return nil, &Problem{What: what, Err: fmt.Errorf("bad apiVersion %q: %w", tm.APIVersion, err)}
+	}
+	if gv.Group == resourceapi.GroupName && gv.Version == "v1beta2" {
+		data, err = setAPIVersion(data, resourceapi.SchemeGroupVersion.String())
+		if err != nil {
+			return nil, &Problem{What: what, Err: err}
+		}
+	} else if gv.Group == resourceapi.GroupName && gv.Version != "v1" {
+		return nil, &Problem{What: what, Err: fmt.Errorf("%s is not supported; export objects as resource.k8s.io/v1 (kubectl on 1.34+ does)", tm.APIVersion)}
+	}
+	obj, _, err := decoder.Decode(data, nil, nil)
+	if err != nil {
+		if runtime.IsNotRegisteredError(err) {
+			return nil, &Problem{What: what, Err: fmt.Errorf("unknown kind %s %s, skipped", tm.APIVersion, tm.Kind)}
+		}
+		return nil, &Problem{What: what, Err: fmt.Errorf("malformed object: %w", err)}
+	}
+	if !Supported(obj) {
+		return nil, &Problem{What: what, Err: ErrIgnoredKind}
+	}
+	return obj, nil
+}
+
+func setAPIVersion(data []byte, apiVersion string) ([]byte, error) {
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("malformed object: %w", err)
+	}
+	m["apiVersion"] = apiVersion
+	return json.Marshal(m)
+}

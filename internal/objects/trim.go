@@ -1,0 +1,250 @@
+// Package objects prepares Kubernetes objects for the index: it trims what no
+// join reads (managedFields, most of a pod spec) so that informer caches stay
+// small, and it reads objects from files (kubectl get -o yaml Lists,
+// multi-document YAML or JSON).
+package objects
+
+import (
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
+
+// Trimmer trims objects. PodLabels is the allowlist of pod label keys kept
+// (for the pod labels metric); every other label and all annotations of pods
+// are dropped.
+type Trimmer struct {
+	PodLabels []string
+}
+
+// Trim returns a trimmed copy of a supported object, or the object itself
+// when its kind is not one the trimmer knows.
+func (t Trimmer) Trim(obj any) any {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return t.pod(o)
+	case *corev1.Node:
+		return node(o)
+	case *resourceapi.ResourceClaim:
+		return claim(o)
+	case *resourceapi.ResourceSlice:
+		s := o.DeepCopy()
+		s.ManagedFields = nil
+		s.Annotations = nil
+		return s
+	case *resourceapi.DeviceClass:
+		c := o.DeepCopy()
+		c.ManagedFields = nil
+		c.Annotations = nil
+		c.Spec.Config = nil
+		return c
+	case *corev1.Event:
+		return event(o)
+	case *eventsv1.Event:
+		if !index.RelevantEvent(o.Reason, o.Note) {
+			return &eventsv1.Event{ObjectMeta: meta(o.ObjectMeta)}
+		}
+		e := o.DeepCopy()
+		e.ManagedFields = nil
+		return e
+	}
+	return obj
+}
+
+func meta(in metav1.ObjectMeta) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:              in.Name,
+		Namespace:         in.Namespace,
+		UID:               in.UID,
+		ResourceVersion:   in.ResourceVersion,
+		Generation:        in.Generation,
+		CreationTimestamp: in.CreationTimestamp,
+		DeletionTimestamp: in.DeletionTimestamp,
+	}
+}
+
+// pod keeps what the joins read. Pods that name no claim and request no
+// extended resource keep only their identity.
+func (t Trimmer) pod(in *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{TypeMeta: in.TypeMeta, ObjectMeta: meta(in.ObjectMeta)}
+	for _, k := range t.PodLabels {
+		if v, ok := in.Labels[k]; ok {
+			if out.Labels == nil {
+				out.Labels = map[string]string{}
+			}
+			out.Labels[k] = v
+		}
+	}
+	if !relevantPod(in) {
+		return out
+	}
+	out.OwnerReferences = in.OwnerReferences
+	out.Spec.NodeName = in.Spec.NodeName
+	out.Spec.ResourceClaims = in.Spec.ResourceClaims
+	out.Spec.Containers = trimContainers(in.Spec.Containers)
+	out.Spec.InitContainers = trimContainers(in.Spec.InitContainers)
+	st := &in.Status
+	out.Status = corev1.PodStatus{
+		Phase:                       st.Phase,
+		StartTime:                   st.StartTime,
+		ResourceClaimStatuses:       st.ResourceClaimStatuses,
+		ExtendedResourceClaimStatus: st.ExtendedResourceClaimStatus,
+	}
+	for _, c := range st.Conditions {
+		switch c.Type {
+		case corev1.PodScheduled, corev1.PodReady, corev1.ContainersReady:
+			out.Status.Conditions = append(out.Status.Conditions, c)
+		}
+	}
+	out.Status.ContainerStatuses = trimStatuses(st.ContainerStatuses)
+	out.Status.InitContainerStatuses = trimStatuses(st.InitContainerStatuses)
+	return out
+}
+
+func relevantPod(p *corev1.Pod) bool {
+	if len(p.Spec.ResourceClaims) > 0 || p.Status.ExtendedResourceClaimStatus != nil {
+		return true
+	}
+	for _, cs := range [][]corev1.Container{p.Spec.Containers, p.Spec.InitContainers} {
+		for _, c := range cs {
+			for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
+				for name := range rl {
+					if index.IsExtendedResource(string(name)) {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
+
+func trimContainers(in []corev1.Container) []corev1.Container {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]corev1.Container, len(in))
+	for i, c := range in {
+		out[i] = corev1.Container{Name: c.Name, Resources: corev1.ResourceRequirements{Claims: c.Resources.Claims}}
+		out[i].Resources.Requests = extendedOnly(c.Resources.Requests)
+		out[i].Resources.Limits = extendedOnly(c.Resources.Limits)
+	}
+	return out
+}
+
+func extendedOnly(in corev1.ResourceList) corev1.ResourceList {
+	var out corev1.ResourceList
+	for name, q := range in {
+		if index.IsExtendedResource(string(name)) {
+			if out == nil {
+				out = corev1.ResourceList{}
+			}
+			out[name] = q
+		}
+	}
+	return out
+}
+
+func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]corev1.ContainerStatus, len(in))
+	for i, cs := range in {
+		out[i] = corev1.ContainerStatus{
+			Name:                 cs.Name,
+			Ready:                cs.Ready,
+			Started:              cs.Started,
+			RestartCount:         cs.RestartCount,
+			State:                cs.State,
+			LastTerminationState: cs.LastTerminationState,
+		}
+	}
+	return out
+}
+
+func node(in *corev1.Node) *corev1.Node {
+	out := &corev1.Node{TypeMeta: in.TypeMeta, ObjectMeta: meta(in.ObjectMeta)}
+	out.Status.Allocatable = extendedOnly(in.Status.Allocatable)
+	out.Status.Capacity = extendedOnly(in.Status.Capacity)
+	for _, c := range in.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			out.Status.Conditions = append(out.Status.Conditions, c)
+		}
+	}
+	return out
+}
+
+// claim drops managedFields, opaque configuration and device status data.
+// It first takes from managedFields the time the allocation was written
+// when status.allocation.allocationTimestamp is absent (API servers before
+// the timestamp existed).
+func claim(in *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+	out := in.DeepCopy()
+	if a := out.Status.Allocation; a != nil && a.AllocationTimestamp == nil {
+		if t := allocationWriteTime(in.ManagedFields); t != nil {
+			a.AllocationTimestamp = t
+		}
+	}
+	out.ManagedFields = nil
+	out.Spec.Devices.Config = nil
+	if out.Status.Allocation != nil {
+		out.Status.Allocation.Devices.Config = nil
+	}
+	for i := range out.Status.Devices {
+		out.Status.Devices[i].Data = nil
+		out.Status.Devices[i].NetworkData = nil
+	}
+	for k := range out.Annotations {
+		if k != resourceapi.PodResourceClaimAnnotation && k != resourceapi.ExtendedResourceClaimAnnotation {
+			delete(out.Annotations, k)
+		}
+	}
+	return out
+}
+
+func allocationWriteTime(fields []metav1.ManagedFieldsEntry) *metav1.Time {
+	var newest *metav1.Time
+	for _, f := range fields {
+		if f.Subresource != "status" || f.FieldsV1 == nil || f.Time == nil {
+			continue
+		}
+		if !strings.Contains(string(f.FieldsV1.Raw), `"f:allocation"`) {
+			continue
+		}
+		if newest == nil || f.Time.After(newest.Time) {
+			newest = f.Time
+		}
+	}
+	return newest
+}
+
+// event keeps DRA evidence; other Warning events about pods (probe
+// failures, back-offs) keep only their identity.
+func event(in *corev1.Event) *corev1.Event {
+	if !index.RelevantEvent(in.Reason, in.Message) {
+		return &corev1.Event{ObjectMeta: meta(in.ObjectMeta)}
+	}
+	out := &corev1.Event{
+		ObjectMeta:          meta(in.ObjectMeta),
+		InvolvedObject:      in.InvolvedObject,
+		Reason:              in.Reason,
+		Message:             in.Message,
+		Source:              in.Source,
+		FirstTimestamp:      in.FirstTimestamp,
+		LastTimestamp:       in.LastTimestamp,
+		Count:               in.Count,
+		Type:                in.Type,
+		EventTime:           in.EventTime,
+		Series:              in.Series,
+		ReportingController: in.ReportingController,
+	}
+	out.InvolvedObject.FieldPath = ""
+	return out
+}
