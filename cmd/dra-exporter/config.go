@@ -1,0 +1,77 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/objects"
+)
+
+// config holds the flags that shape the metrics; serve, snapshot and
+// explain share them so that all three see the cluster the same way.
+type config struct {
+	attributeLabels       string
+	podLabels             string
+	unreservedGrace       time.Duration
+	devicePluginResources string
+}
+
+func (c *config) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.attributeLabels, "device.attribute-labels", "productName=product,type=type,profile=profile,parentUUID=parent_gpu_uuid",
+		"Device attributes exported as labels of dra_device_info: comma-separated attribute[=label] (bare names are in the driver's domain).")
+	fs.StringVar(&c.podLabels, "pod.labels-allowlist", "",
+		"Comma-separated pod label keys exported on dra_pod_labels (none by default: pod labels can be unbounded or sensitive).")
+	fs.DurationVar(&c.unreservedGrace, "claim.unreserved-grace-period", 5*time.Minute,
+		"How long an allocated claim may reserve no pod before it counts as leaked (reason allocated_unreserved).")
+	fs.StringVar(&c.devicePluginResources, "device-plugin.resources", "nvidia.com/gpu",
+		"Comma-separated extended resources that device plugins advertise for GPUs (the device-plugin lane).")
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}
+
+func (c *config) trimmer() objects.Trimmer {
+	return objects.Trimmer{PodLabels: splitList(c.podLabels)}
+}
+
+func (c *config) indexConfig(now func() time.Time, obs index.Observer) index.Config {
+	return index.Config{Now: now, Observer: obs, DevicePluginResources: splitList(c.devicePluginResources)}
+}
+
+// collectors is the explicit list of cluster collectors, in the order
+// their families appear in the metrics reference.
+func (c *config) collectors() ([]collector.Collector, error) {
+	attrs, err := collector.ParseAttributeLabels(c.attributeLabels)
+	if err != nil {
+		return nil, fmt.Errorf("--device.attribute-labels: %w", err)
+	}
+	if c.unreservedGrace < 0 {
+		return nil, fmt.Errorf("--claim.unreserved-grace-period must not be negative")
+	}
+	return []collector.Collector{
+		collector.NewDeviceCollector(attrs),
+		collector.NewDeviceClassCollector(),
+		collector.NewClaimCollector(),
+		collector.NewBlockedCollector(),
+		collector.NewLeakCollector(c.unreservedGrace),
+		collector.NewLaneCollector(),
+		collector.NewPodCollector(splitList(c.podLabels)),
+	}, nil
+}
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }

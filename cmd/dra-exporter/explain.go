@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/kube"
+	"github.com/dra-exporter/dra-exporter/internal/offline"
+)
+
+func explain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: dra-exporter explain [--from FILE...] [--kubeconfig PATH] [FLAGS] NAMESPACE/POD")
+		fmt.Fprintln(stderr, "\nWalks the DRA decision tree for one pod and prints each link PASS/FAIL with its evidence.")
+		fmt.Fprintln(stderr, "Without --from it reads the cluster (get and list only).")
+		fs.PrintDefaults()
+	}
+	var cfg config
+	cfg.register(fs)
+	var from stringList
+	fs.Var(&from, "from", "File of objects to read instead of the cluster (repeatable).")
+	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
+	nowFlag := fs.String("now", "", "The time to evaluate at, RFC3339 (default: now).")
+	timeout := fs.Duration("timeout", time.Minute, "Time allowed for reading the cluster.")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	ns, name, ok := strings.Cut(fs.Arg(0), "/")
+	if !ok || ns == "" || name == "" {
+		fmt.Fprintf(stderr, "dra-exporter explain: want NAMESPACE/POD, got %q\n", fs.Arg(0))
+		return 2
+	}
+	now, err := parseNow(*nowFlag)
+	if err != nil {
+		fmt.Fprintln(stderr, "dra-exporter explain:", err)
+		return 2
+	}
+	clock := func() time.Time { return now }
+	var ix *index.Index
+	if len(from) > 0 {
+		built, problems, err := offline.Build(from, cfg.trimmer(), cfg.indexConfig(clock, nil))
+		if err != nil {
+			fmt.Fprintln(stderr, "dra-exporter explain:", err)
+			return 1
+		}
+		reportProblems(stderr, problems)
+		ix = built
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+		defer cancel()
+		ix, err = readCluster(ctx, *kubeconfig, ns, name, cfg, clock)
+		if err != nil {
+			fmt.Fprintln(stderr, "dra-exporter explain:", err)
+			return 1
+		}
+	}
+	s := ix.Snapshot()
+	p := s.Pod(index.Key{Namespace: ns, Name: name})
+	if p == nil {
+		fmt.Fprintf(stderr, "dra-exporter explain: pod %s/%s not found, or it neither names a resource claim nor requests an extended resource\n", ns, name)
+		return 1
+	}
+	if err := classify.Format(stdout, classify.Pod(s, p)); err != nil {
+		return 1
+	}
+	for _, l := range classify.Leaks(s, now, cfg.unreservedGrace) {
+		if l.PodUID == p.UID || l.Pod == p.Key.Name {
+			fmt.Fprintf(stdout, "Leak: claim %s %s: %s\n", l.Claim.Key, l.Reason, l.Detail)
+		}
+	}
+	return 0
+}
+
+// readCluster lists what the tree reads for one pod: every class, slice and
+// claim (claims of other namespaces hold devices too), the pod's namespace
+// (all pods when it requests extended resources, for device-plugin
+// capacity), nodes, and the pod's Warning events.
+func readCluster(ctx context.Context, kubeconfig, ns, name string, cfg config, now func() time.Time) (*index.Index, error) {
+	rc, err := kube.RESTConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	ix := index.New(cfg.indexConfig(now, nil))
+	trim := cfg.trimmer()
+	add := func(obj any) error { return ix.Upsert(trim.Trim(obj), false) }
+	all := metav1.ListOptions{}
+
+	pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get pod %s/%s: %w", ns, name, err)
+	}
+	classes, err := client.ResourceV1().DeviceClasses().List(ctx, all)
+	if err != nil {
+		return nil, fmt.Errorf("list deviceclasses: %w", err)
+	}
+	for i := range classes.Items {
+		_ = add(&classes.Items[i])
+	}
+	slices, err := client.ResourceV1().ResourceSlices().List(ctx, all)
+	if err != nil {
+		return nil, fmt.Errorf("list resourceslices: %w", err)
+	}
+	for i := range slices.Items {
+		_ = add(&slices.Items[i])
+	}
+	claims, err := client.ResourceV1().ResourceClaims("").List(ctx, all)
+	if err != nil {
+		return nil, fmt.Errorf("list resourceclaims: %w", err)
+	}
+	for i := range claims.Items {
+		_ = add(&claims.Items[i])
+	}
+	podNS := ns
+	if hasExtendedRequests(pod) {
+		podNS = ""
+	}
+	pods, err := client.CoreV1().Pods(podNS).List(ctx, all)
+	if err != nil {
+		return nil, fmt.Errorf("list pods: %w", err)
+	}
+	for i := range pods.Items {
+		_ = add(&pods.Items[i])
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, all)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", err)
+	}
+	for i := range nodes.Items {
+		_ = add(&nodes.Items[i])
+	}
+	events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
+		fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
+		fields.OneTermEqualSelector("involvedObject.name", name),
+		fields.OneTermEqualSelector("type", corev1.EventTypeWarning),
+	).String()})
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	for i := range events.Items {
+		_ = add(&events.Items[i])
+	}
+	return ix, nil
+}
+
+func hasExtendedRequests(p *corev1.Pod) bool {
+	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+		for n := range c.Resources.Requests {
+			if index.IsExtendedResource(string(n)) {
+				return true
+			}
+		}
+		for n := range c.Resources.Limits {
+			if index.IsExtendedResource(string(n)) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/offline"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*/metrics.prom from the current code")
+
+// goldenNow is the --now every scenario is rendered at.
+const goldenNow = "2026-12-01T12:00:00Z"
+
+func scenarios(t *testing.T) []string {
+	t.Helper()
+	dirs, err := filepath.Glob("../../testdata/*/objects.yaml")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no scenarios found: %v", err)
+	}
+	for i, d := range dirs {
+		dirs[i] = filepath.Dir(d)
+	}
+	return dirs
+}
+
+func snapshotOf(t *testing.T, dir string) []byte {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if rc := run([]string{"snapshot", "--from", filepath.Join(dir, "objects.yaml"), "--now", goldenNow}, &out, &errOut); rc != 0 {
+		t.Fatalf("snapshot exited %d: %s", rc, errOut.String())
+	}
+	return out.Bytes()
+}
+
+// TestGolden renders each scenario with the snapshot command and compares
+// it with metrics.prom byte for byte; then it checks the same exporter with
+// testutil.CollectAndCompare (no metric-name filter, so a missing family
+// fails) and CollectAndLint.
+func TestGolden(t *testing.T) {
+	for _, dir := range scenarios(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			got := snapshotOf(t, dir)
+			goldenPath := filepath.Join(dir, "metrics.prom")
+			if *update {
+				if err := os.WriteFile(goldenPath, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(goldenPath)
+			if err != nil {
+				t.Fatalf("%v (run go test ./cmd/dra-exporter -run TestGolden -update)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("snapshot output differs from %s; rerun with -update and review the diff", goldenPath)
+			}
+
+			exp := scenarioExporter(t, dir)
+			if err := testutil.CollectAndCompare(exp, bytes.NewReader(want)); err != nil {
+				t.Errorf("CollectAndCompare: %v", err)
+			}
+			problems, err := testutil.CollectAndLint(exp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range problems {
+				t.Errorf("lint: %s: %s", p.Metric, p.Text)
+			}
+		})
+	}
+}
+
+func scenarioExporter(t *testing.T, dir string) *collector.Exporter {
+	t.Helper()
+	var cfg config
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	cfg.register(fs)
+	now, _ := time.Parse(time.RFC3339, goldenNow)
+	clock := func() time.Time { return now }
+	ix, _, err := offline.Build([]string{filepath.Join(dir, "objects.yaml")}, cfg.trimmer(), cfg.indexConfig(clock, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	collectors, err := cfg.collectors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return collector.NewExporter(ix, clock, false, nil, collectors...)
+}
+
+// TestExplainAgreesWithMetric runs explain for every pod the golden metrics
+// call blocked and checks that it names the same layer and reason.
+func TestExplainAgreesWithMetric(t *testing.T) {
+	checked := 0
+	for _, dir := range scenarios(t) {
+		want, err := os.ReadFile(filepath.Join(dir, "metrics.prom"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := parser.TextToMetricFamilies(bytes.NewReader(want))
+		if err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		mf := families["dra_pod_blocked"]
+		if mf == nil {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			var out, errOut bytes.Buffer
+			target := labels["namespace"] + "/" + labels["pod"]
+			if rc := run([]string{"explain", "--from", filepath.Join(dir, "objects.yaml"), "--now", goldenNow, target}, &out, &errOut); rc != 0 {
+				t.Fatalf("explain %s exited %d: %s", target, rc, errOut.String())
+			}
+			verdict := "Verdict: BLOCKED  layer=" + labels["layer"] + "  reason=" + labels["reason"]
+			if !strings.Contains(out.String(), verdict) {
+				t.Errorf("%s: explain %s does not say %q:\n%s", filepath.Base(dir), target, verdict, out.String())
+			}
+			checked++
+		}
+	}
+	if checked < 11 {
+		t.Errorf("only %d blocked pods checked; the scenarios should cover every reason", checked)
+	}
+}
+
+// TestGoldenCoversTheTree fails when a reason of the decision tree or a
+// leak kind appears in no golden scenario.
+func TestGoldenCoversTheTree(t *testing.T) {
+	var all bytes.Buffer
+	for _, dir := range scenarios(t) {
+		b, err := os.ReadFile(filepath.Join(dir, "metrics.prom"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.Write(b)
+	}
+	text := all.String()
+	for _, r := range []string{"claim_not_created", "claim_not_found", "device_class_not_found", "no_devices_for_class",
+		"selector_matches_nothing", "capacity_exhausted", "unallocated", "not_reserved", "node_prepare_failed",
+		"node_prepare_pending", "not_ready"} {
+		if !strings.Contains(text, `reason="`+r+`"} 1`) {
+			t.Errorf("no scenario has a pod blocked with reason %s", r)
+		}
+	}
+	for _, r := range []string{"pod_missing", "pod_finished", "pod_recreated", "owner_missing", "allocated_unreserved"} {
+		if !strings.Contains(text, `reason="`+r+`"} 1`) {
+			t.Errorf("no scenario has a leak with reason %s", r)
+		}
+	}
+}
