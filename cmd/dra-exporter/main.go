@@ -18,6 +18,7 @@ Commands:
   serve      watch the cluster and serve metrics (the default)
   snapshot   print the metrics for a file of objects (kubectl get -o yaml)
   explain    walk the decision tree for one pod, live or from files
+  docs       print the metrics reference (docs/metrics.md)
   version    print the version
 
 Run "dra-exporter COMMAND -h" for a command's flags.
@@ -39,6 +40,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return snapshot(args, stdout, stderr)
 	case "explain":
 		return explain(args, stdout, stderr)
+	case "docs":
+		return docs(args, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version.Print("dra-exporter"))
 		return 0
