@@ -17,7 +17,9 @@ const (
 
 func str(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: &s} }
 
-func version(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{VersionValue: &s} }
+func version(s string) resourceapi.DeviceAttribute {
+	return resourceapi.DeviceAttribute{VersionValue: &s}
+}
 
 func selectors(exprs ...string) []resourceapi.DeviceSelector {
 	out := make([]resourceapi.DeviceSelector, len(exprs))
