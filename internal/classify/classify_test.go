@@ -1,0 +1,584 @@
+package classify_test
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
+
+const (
+	podName   = "llm-0"
+	podUID    = "uid-llm-0"
+	claimName = "llm-0-gpu"
+)
+
+func gpus(names ...string) []resourceapi.Device {
+	out := make([]resourceapi.Device, len(names))
+	for i, n := range names {
+		out[i] = gpuDevice(n, "GPU-"+n)
+	}
+	return out
+}
+
+// world: two H100s on node-1, the gpu and mig classes.
+func world(extra ...any) []any {
+	return append([]any{gpuClass(), migClass(), node("node-1", 0), slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1")...)}, extra...)
+}
+
+// tmplPod is llm-0 with one pod claim "gpu" from template llm-gpu.
+func tmplPod() *corev1.Pod { return withTemplateClaim(pod(podName, podUID), "gpu", "llm-gpu") }
+
+// statusPod is tmplPod with the generated claim recorded in its status.
+func statusPod() *corev1.Pod { return withClaimStatus(tmplPod(), "gpu", claimName) }
+
+// genClaim is the claim generated for statusPod.
+func genClaim(requests ...resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
+	return ownedBy(claim(claimName, "uid-claim", requests...), tmplPod(), "gpu")
+}
+
+func withSelectors(r resourceapi.DeviceRequest, exprs ...string) resourceapi.DeviceRequest {
+	r.Exactly = r.Exactly.DeepCopy()
+	r.Exactly.Selectors = cel(exprs...)
+	return r
+}
+
+// holder is a claim of someone else that holds a device of node-1.
+func holder(name, device string) *resourceapi.ResourceClaim {
+	other := pod("holder-"+name, "uid-holder-"+name)
+	return reservedFor(allocated(claim(name, "uid-"+name), "node-1", t0.Add(-time.Hour), result("gpu", "node-1", device)), other)
+}
+
+func snapshotOf(t *testing.T, objs ...any) *index.Snapshot {
+	t.Helper()
+	return build(t, index.Config{Now: func() time.Time { return t0 }, DevicePluginResources: []string{gpuResource}}, objs...).Snapshot()
+}
+
+func verdictOf(t *testing.T, name string, objs ...any) classify.Verdict {
+	t.Helper()
+	s := snapshotOf(t, objs...)
+	p := s.Pod(index.Key{Namespace: ns, Name: name})
+	if p == nil {
+		t.Fatalf("pod %s not indexed", name)
+	}
+	v := classify.Pod(s, p)
+	// Blocked agrees with Pod.
+	inBlocked := false
+	for _, b := range classify.Blocked(s) {
+		if b.Pod.Key == p.Key {
+			inBlocked = true
+			if b.Reason != v.Reason || b.Claim != v.Claim || b.Node != v.Node || b.Device != v.Device {
+				t.Errorf("Blocked gives %+v, Pod gives %+v", b, v)
+			}
+		}
+	}
+	if inBlocked != v.Blocked {
+		t.Errorf("Blocked lists the pod: %v, Pod says blocked: %v", inBlocked, v.Blocked)
+	}
+	return v
+}
+
+type want struct {
+	reason classify.Reason
+	layer  classify.Layer
+	claim  string
+	node   string
+	device string
+}
+
+func checkVerdict(t *testing.T, v classify.Verdict, w want) {
+	t.Helper()
+	if !v.Blocked {
+		t.Fatalf("not blocked (note %q, links %s), want %s", v.Note, linkSummary(v), w.reason)
+	}
+	got := want{v.Reason, v.Layer, v.Claim, v.Node, v.Device}
+	if got != w {
+		t.Errorf("verdict = %+v\nwant      %+v\nlinks: %s", got, w, linkSummary(v))
+	}
+}
+
+func linkSummary(v classify.Verdict) string {
+	var parts []string
+	for _, l := range v.Links {
+		s := string(l.State) + " " + l.Step
+		if l.Reason != "" {
+			s += " (" + string(l.Reason) + ")"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func TestEveryReason(t *testing.T) {
+	gpu0 := result("gpu", "node-1", "gpu-0")
+	allocatedClaim := allocated(genClaim(), "node-1", t0.Add(-time.Minute), gpu0)
+	reservedClaim := reservedFor(allocatedClaim, statusPod())
+	boundPod := bound(statusPod(), "node-1")
+
+	tests := []struct {
+		name string
+		pod  string
+		objs []any
+		want want
+	}{
+		{"claim_not_created", podName, world(tmplPod(),
+			event("ev", tmplPod(), index.ReasonFailedResourceClaimCreation, "template llm-gpu not found", t0)),
+			want{classify.ClaimNotCreated, classify.LayerController, "", "", ""}},
+		{"claim_not_found", podName, world(withNamedClaim(pod(podName, podUID), "gpu", "shared-gpu")),
+			want{classify.ClaimNotFound, classify.LayerController, "shared-gpu", "", ""}},
+		{"device_class_not_found", podName, world(statusPod(), genClaim(request("gpu", "typo-class"))),
+			want{classify.DeviceClassNotFound, classify.LayerScheduler, claimName, "", ""}},
+		{"no_devices_for_class", podName, world(statusPod(), genClaim(request("gpu", migClassName))),
+			want{classify.NoDevicesForClass, classify.LayerScheduler, claimName, "", ""}},
+		{"selector_matches_nothing", podName, world(statusPod(), genClaim(withSelectors(request("gpu", gpuClassName),
+			"device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('200Gi')) >= 0"))),
+			want{classify.SelectorMatchesNothing, classify.LayerScheduler, claimName, "", ""}},
+		{"capacity_exhausted", podName, world(statusPod(), genClaim(), holder("a", "gpu-0"), holder("b", "gpu-1")),
+			want{classify.CapacityExhausted, classify.LayerScheduler, claimName, "", ""}},
+		{"unallocated", podName, world(statusPod(), genClaim()),
+			want{classify.Unallocated, classify.LayerScheduler, claimName, "", ""}},
+		{"not_reserved", podName, world(statusPod(), reservedFor(allocatedClaim, pod("notebook-a", "uid-a"))),
+			want{classify.NotReserved, classify.LayerScheduler, claimName, "node-1", "gpu-0"}},
+		{"node_prepare_failed", podName, world(boundPod, reservedClaim,
+			event("prep", boundPod, index.ReasonFailedPrepareDynamicResources, "NodePrepareResources: driver gpu.nvidia.com: timeout", t0)),
+			want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"}},
+		{"node_prepare_pending", podName, world(boundPod, reservedClaim),
+			want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
+		{"not_ready", podName, world(running(boundPod), reservedClaim),
+			want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
+	}
+	covered := map[classify.Reason]bool{}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := verdictOf(t, tt.pod, tt.objs...)
+			checkVerdict(t, v, tt.want)
+			if v.Layer != v.Reason.Layer() {
+				t.Errorf("Layer %s is not the reason's layer %s", v.Layer, v.Reason.Layer())
+			}
+			if !v.DRA || v.Lane != index.LaneDRA {
+				t.Errorf("DRA=%v lane=%q, want a dra-lane pod", v.DRA, v.Lane)
+			}
+			// Exactly one failing link carries the verdict's reason.
+			fails := 0
+			for _, l := range v.Links {
+				if l.State == classify.Fail && l.Reason == v.Reason {
+					fails++
+				}
+			}
+			if fails == 0 {
+				t.Errorf("no failing link with reason %s: %s", v.Reason, linkSummary(v))
+			}
+			covered[v.Reason] = true
+		})
+	}
+	for _, r := range classify.Reasons {
+		if !covered[r] {
+			t.Errorf("reason %s has no case", r)
+		}
+	}
+	if len(classify.Reasons) != 11 {
+		t.Errorf("%d reasons, the design has 11", len(classify.Reasons))
+	}
+}
+
+func TestReasonLayersAndMeanings(t *testing.T) {
+	layers := map[classify.Reason]classify.Layer{
+		classify.ClaimNotCreated: classify.LayerController, classify.ClaimNotFound: classify.LayerController,
+		classify.DeviceClassNotFound: classify.LayerScheduler, classify.NoDevicesForClass: classify.LayerScheduler,
+		classify.SelectorMatchesNothing: classify.LayerScheduler, classify.CapacityExhausted: classify.LayerScheduler,
+		classify.Unallocated: classify.LayerScheduler, classify.NotReserved: classify.LayerScheduler,
+		classify.NodePrepareFailed: classify.LayerNode, classify.NodePreparePending: classify.LayerNode,
+		classify.NotReady: classify.LayerApplication,
+	}
+	for r, l := range layers {
+		if r.Layer() != l {
+			t.Errorf("%s.Layer() = %s, want %s (DESIGN.md)", r, r.Layer(), l)
+		}
+		if r.Meaning() == "" {
+			t.Errorf("%s has no meaning", r)
+		}
+	}
+}
+
+func TestClaimNotCreatedEvidence(t *testing.T) {
+	v := verdictOf(t, podName, world(tmplPod(),
+		event("ev", tmplPod(), index.ReasonFailedResourceClaimCreation, "admission webhook denied the claim", t0))...)
+	text := strings.Join(v.Links[0].Evidence, "\n")
+	if !strings.Contains(text, "admission webhook denied the claim") || !strings.Contains(text, "llm-gpu") {
+		t.Errorf("evidence does not carry the event and template:\n%s", text)
+	}
+}
+
+func TestRequests(t *testing.T) {
+	exact := func(count int64, mode resourceapi.DeviceAllocationMode) resourceapi.DeviceRequest {
+		r := request("gpu", gpuClassName)
+		r.Exactly.Count, r.Exactly.AllocationMode = count, mode
+		return r
+	}
+	tooBig := "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('200Gi')) >= 0"
+	admin := request("gpu", gpuClassName)
+	admin.Exactly.AdminAccess = ptr(true)
+
+	tests := []struct {
+		name string
+		req  []resourceapi.DeviceRequest
+		objs []any
+		want classify.Reason
+	}{
+		{"firstAvailable: first unsatisfiable, second ok", []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+			{Name: "big", DeviceClassName: gpuClassName, Selectors: cel(tooBig)},
+			{Name: "any", DeviceClassName: gpuClassName},
+		}}}, nil, classify.Unallocated},
+		{"firstAvailable: first ok, second has no class", []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+			{Name: "any", DeviceClassName: gpuClassName},
+			{Name: "typo", DeviceClassName: "typo"},
+		}}}, nil, classify.Unallocated},
+		// Neither subrequest can be satisfied: report the one that got
+		// furthest down the tree.
+		{"firstAvailable: none satisfiable", []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+			{Name: "mig", DeviceClassName: migClassName},
+			{Name: "big", DeviceClassName: gpuClassName, Selectors: cel(tooBig)},
+		}}}, nil, classify.SelectorMatchesNothing},
+		{"ExactCount 2, one free", []resourceapi.DeviceRequest{exact(2, resourceapi.DeviceAllocationModeExactCount)},
+			[]any{holder("a", "gpu-0")}, classify.CapacityExhausted},
+		{"ExactCount 2, two free", []resourceapi.DeviceRequest{exact(2, resourceapi.DeviceAllocationModeExactCount)},
+			nil, classify.Unallocated},
+		{"ExactCount 3 of 2 devices", []resourceapi.DeviceRequest{exact(3, resourceapi.DeviceAllocationModeExactCount)},
+			nil, classify.CapacityExhausted},
+		{"All, one taken", []resourceapi.DeviceRequest{exact(0, resourceapi.DeviceAllocationModeAll)},
+			[]any{holder("a", "gpu-1")}, classify.CapacityExhausted},
+		{"All, every device free", []resourceapi.DeviceRequest{exact(0, resourceapi.DeviceAllocationModeAll)},
+			nil, classify.Unallocated},
+		{"admin access skips capacity", []resourceapi.DeviceRequest{admin},
+			[]any{holder("a", "gpu-0"), holder("b", "gpu-1")}, classify.Unallocated},
+		{"two requests: the earlier tree reason wins", []resourceapi.DeviceRequest{
+			withSelectors(request("first", gpuClassName), tooBig),
+			request("second", "typo-class"),
+		}, nil, classify.DeviceClassNotFound},
+		{"two requests: second exhausted", []resourceapi.DeviceRequest{
+			request("first", gpuClassName),
+			withSelectors(request("second", gpuClassName), "device.attributes['gpu.nvidia.com'].uuid == 'GPU-gpu-1'"),
+		}, []any{holder("a", "gpu-1")}, classify.CapacityExhausted},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs := world(append([]any{statusPod(), genClaim(tt.req...)}, tt.objs...)...)
+			v := verdictOf(t, podName, objs...)
+			checkVerdict(t, v, want{tt.want, tt.want.Layer(), claimName, "", ""})
+		})
+	}
+}
+
+func TestEarliestReasonAcrossClaims(t *testing.T) {
+	p := withNamedClaim(statusPod(), "extra", "missing-claim")
+	v := verdictOf(t, podName, world(p, genClaim(), holder("a", "gpu-0"), holder("b", "gpu-1"))...)
+	checkVerdict(t, v, want{classify.ClaimNotFound, classify.LayerController, "missing-claim", "", ""})
+}
+
+func TestExtendedResourcePendingPod(t *testing.T) {
+	extPod := func(n int64) *corev1.Pod { return withLimit(pod("ext", "uid-ext"), gpuResource, n) }
+	dpUser := func(name string, n int64) *corev1.Pod {
+		return running(bound(withLimit(pod(name, "uid-"+name), gpuResource, n), "dp-node"))
+	}
+	tests := []struct {
+		name string
+		objs []any
+		want classify.Reason
+	}{
+		{"no devices, no device plugin", []any{gpuClass(), extPod(1)}, classify.NoDevicesForClass},
+		{"one free DRA device, two wanted", world(extPod(2), holder("a", "gpu-0")), classify.CapacityExhausted},
+		{"one free DRA device and one free device-plugin GPU", world(extPod(2), holder("a", "gpu-0"),
+			node("dp-node", 8), dpUser("dp-a", 4), dpUser("dp-b", 3)), classify.Unallocated},
+		{"device-plugin GPUs all used", world(extPod(2), holder("a", "gpu-0"),
+			node("dp-node", 8), dpUser("dp-a", 8)), classify.CapacityExhausted},
+		{"device-plugin only, enough free", []any{gpuClass(), extPod(2), node("dp-node", 8)}, classify.Unallocated},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := verdictOf(t, "ext", tt.objs...)
+			if v.Lane != index.LaneDRAExtended {
+				t.Errorf("lane = %q, want dra-extended", v.Lane)
+			}
+			checkVerdict(t, v, want{tt.want, tt.want.Layer(), "", "", ""})
+		})
+	}
+}
+
+func TestExtendedClaimCreated(t *testing.T) {
+	p := withExtendedClaimStatus(withLimit(pod("ext", "uid-ext"), gpuResource, 1), "ext-gpu")
+	c := reservedFor(allocated(extendedFor(claim("ext-gpu", "uid-e", request("container-0-request-0", gpuClassName)), p),
+		"node-1", t0, result("container-0-request-0", "node-1", "gpu-1")), p)
+	v := verdictOf(t, "ext", world(bound(p, "node-1"), c)...)
+	checkVerdict(t, v, want{classify.NodePreparePending, classify.LayerNode, "ext-gpu", "node-1", "gpu-1"})
+}
+
+func TestNotBlocked(t *testing.T) {
+	gpu0 := result("gpu", "node-1", "gpu-0")
+	reservedClaim := reservedFor(allocated(genClaim(), "node-1", t0, gpu0), statusPod())
+	terminating := bound(statusPod(), "node-1")
+	terminating.DeletionTimestamp = ptr(metav1.NewTime(t0))
+	tests := []struct {
+		name string
+		pod  string
+		objs []any
+		note string
+	}{
+		{"ready", podName, world(ready(bound(statusPod(), "node-1")), reservedClaim), ""},
+		{"ready although the claim is not reserved", podName, world(ready(bound(statusPod(), "node-1")), genClaim()), "-"},
+		{"finished", podName, world(finished(bound(statusPod(), "node-1"), corev1.PodSucceeded), reservedClaim), "finished"},
+		{"failed", podName, world(finished(bound(statusPod(), "node-1"), corev1.PodFailed)), "finished"},
+		{"terminating", podName, world(terminating, reservedClaim), "being deleted"},
+		{"device-plugin pod", "dp", world(node("dp-node", 8), bound(withLimit(pod("dp", "uid-dp"), gpuResource, 1), "dp-node")), "device-plugin"},
+		{"binding in progress", podName, world(statusPod(), reservedClaim), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := snapshotOf(t, tt.objs...)
+			for _, v := range classify.Blocked(s) {
+				if v.Pod.Key.Name == tt.pod {
+					t.Errorf("Blocked lists the pod: %s %s", v.Reason, linkSummary(v))
+				}
+			}
+			if tt.note == "-" {
+				return // Pod() of a Ready pod may still walk; Blocked skips it
+			}
+			v := classify.Pod(s, s.Pod(index.Key{Namespace: ns, Name: tt.pod}))
+			if v.Blocked {
+				t.Errorf("Pod says blocked: %s", v.Reason)
+			}
+			if !strings.Contains(v.Note, tt.note) {
+				t.Errorf("Note = %q, want it to mention %q", v.Note, tt.note)
+			}
+		})
+	}
+}
+
+func TestGeneratedClaimByOwnerReference(t *testing.T) {
+	// The controller created the claim; the pod status does not name it yet.
+	v := verdictOf(t, podName, world(tmplPod(), genClaim())...)
+	checkVerdict(t, v, want{classify.Unallocated, classify.LayerScheduler, claimName, "", ""})
+}
+
+func TestClaimOfAnotherPodIsNotCreated(t *testing.T) {
+	// The pod status names a claim that belongs to a previous pod of the
+	// same name.
+	theirs := ownedBy(claim(claimName, "uid-old-claim"), pod(podName, "uid-previous"), "gpu")
+	v := verdictOf(t, podName, world(statusPod(), theirs)...)
+	checkVerdict(t, v, want{classify.ClaimNotCreated, classify.LayerController, claimName, "", ""})
+}
+
+func TestNodePrepareFailedEvidence(t *testing.T) {
+	gpu0 := result("gpu", "node-1", "gpu-0")
+	reservedClaim := reservedFor(allocated(genClaim(), "node-1", t0, gpu0), statusPod())
+	boundPod := bound(statusPod(), "node-1")
+	tests := []struct {
+		name  string
+		event *corev1.Event
+		want  classify.Reason
+	}{
+		{"FailedPrepareDynamicResources", event("e", boundPod, index.ReasonFailedPrepareDynamicResources, "prepare failed", t0), classify.NodePrepareFailed},
+		{"sandbox failure naming CDI", event("e", boundPod, "FailedCreatePodSandBox",
+			"failed to create containerd task: failed to inject CDI devices: unresolvable CDI devices gpu.nvidia.com/gpu=uuid", t0), classify.NodePrepareFailed},
+		{"sandbox failure about the network", event("e", boundPod, "FailedCreatePodSandBox", "failed to setup network", t0), classify.NodePreparePending},
+		{"failure of the previous pod of that name", event("e", pod(podName, "uid-previous"), index.ReasonFailedPrepareDynamicResources, "old", t0), classify.NodePreparePending},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := verdictOf(t, podName, world(boundPod, reservedClaim, tt.event)...)
+			checkVerdict(t, v, want{tt.want, classify.LayerNode, claimName, "node-1", "gpu-0"})
+			if tt.want == classify.NodePrepareFailed {
+				found := false
+				for _, l := range v.Links {
+					if l.Reason == classify.NodePrepareFailed && strings.Contains(strings.Join(l.Evidence, " "), tt.event.Message) {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("the event message is not in the evidence: %s", linkSummary(v))
+				}
+			}
+		})
+	}
+}
+
+func TestNodeFromDeviceWhenNoSelector(t *testing.T) {
+	c := reservedFor(allocated(genClaim(), "", t0, result("gpu", "node-1", "gpu-1")), pod("someone-else", "uid-x"))
+	v := verdictOf(t, podName, world(statusPod(), c)...)
+	checkVerdict(t, v, want{classify.NotReserved, classify.LayerScheduler, claimName, "node-1", "gpu-1"})
+}
+
+type leakRow struct {
+	claim, pod, podUID, node, device string
+	reason                           classify.LeakReason
+}
+
+func leakRows(leaks []classify.Leak) []leakRow {
+	out := make([]leakRow, 0, len(leaks))
+	for _, l := range leaks {
+		out = append(out, leakRow{l.Claim.Key.Name, l.Pod, string(l.PodUID), l.Node, l.Device, l.Reason})
+	}
+	slices.SortFunc(out, func(a, b leakRow) int {
+		return strings.Compare(a.claim+a.device+string(a.reason), b.claim+b.device+string(b.reason))
+	})
+	return out
+}
+
+func TestLeaks(t *testing.T) {
+	const grace = 5 * time.Minute
+	gpu := func(d string) resourceapi.DeviceRequestAllocationResult { return result("gpu", "node-1", d) }
+	running0 := running(bound(withNamedClaim(pod("healthy", "uid-healthy"), "gpu", "healthy-claim"), "node-1"))
+	job := finished(bound(withNamedClaim(pod("job-0", "uid-job"), "gpu", "job-claim"), "node-1"), corev1.PodSucceeded)
+	recreated := withNamedClaim(pod("retriever-0", "uid-new"), "gpu", "retriever-claim")
+	deleted := pod("deleted-0", "uid-deleted")
+	allocatedAgo := func(name string, ago time.Duration, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
+		return allocated(createdAt(claim(name, "uid-"+name), t0.Add(-ago)), "node-1", t0.Add(-ago), results...)
+	}
+	nodeLess := allocated(claim("network-claim", "uid-net"), "", t0.Add(-time.Hour), gpu("gpu-1"))
+
+	tests := []struct {
+		name string
+		objs []any
+		want []leakRow
+	}{
+		{"healthy reservation", []any{running0, reservedFor(allocatedAgo("healthy-claim", time.Hour, gpu("gpu-0")), running0)}, nil},
+		{"pod_missing", []any{reservedFor(allocatedAgo("gone-claim", time.Hour, gpu("gpu-0")), pod("gone", "uid-gone"))},
+			[]leakRow{{"gone-claim", "gone", "uid-gone", "node-1", "gpu-0", classify.LeakPodMissing}}},
+		{"pod_finished", []any{job, reservedFor(allocatedAgo("job-claim", time.Hour, gpu("gpu-0")), job)},
+			[]leakRow{{"job-claim", "job-0", "uid-job", "node-1", "gpu-0", classify.LeakPodFinished}}},
+		{"pod_recreated", []any{recreated, reservedFor(allocatedAgo("retriever-claim", time.Hour, gpu("gpu-0")), pod("retriever-0", "uid-old"))},
+			[]leakRow{{"retriever-claim", "retriever-0", "uid-old", "node-1", "gpu-0", classify.LeakPodRecreated}}},
+		{"owner_missing, unallocated", []any{ownedBy(claim("deleted-0-gpu", "uid-dg"), deleted, "gpu")},
+			[]leakRow{{"deleted-0-gpu", "deleted-0", "uid-deleted", "", "", classify.LeakOwnerMissing}}},
+		{"owner_missing, allocated and unreserved: one reason", []any{ownedBy(allocatedAgo("deleted-0-gpu", time.Hour, gpu("gpu-1")), deleted, "gpu")},
+			[]leakRow{{"deleted-0-gpu", "deleted-0", "uid-deleted", "node-1", "gpu-1", classify.LeakOwnerMissing}}},
+		{"owner recreated with another UID", []any{withTemplateClaim(pod("deleted-0", "uid-other"), "gpu", "t"), ownedBy(claim("deleted-0-gpu", "uid-dg"), deleted, "gpu")},
+			[]leakRow{{"deleted-0-gpu", "deleted-0", "uid-deleted", "", "", classify.LeakOwnerMissing}}},
+		{"owner gone and still reserved: reported once, as pod_missing", []any{reservedFor(ownedBy(allocatedAgo("deleted-0-gpu", time.Hour, gpu("gpu-0")), deleted, "gpu"), deleted)},
+			[]leakRow{{"deleted-0-gpu", "deleted-0", "uid-deleted", "node-1", "gpu-0", classify.LeakPodMissing}}},
+		{"allocated_unreserved past grace", []any{allocatedAgo("prewarmed", 20*time.Minute, gpu("gpu-0"))},
+			[]leakRow{{"prewarmed", "", "", "node-1", "gpu-0", classify.LeakUnreserved}}},
+		{"allocated_unreserved exactly at grace", []any{allocatedAgo("just-released", grace, gpu("gpu-0"))}, nil},
+		{"allocated_unreserved one second past grace", []any{allocatedAgo("just-released", grace+time.Second, gpu("gpu-0"))},
+			[]leakRow{{"just-released", "", "", "node-1", "gpu-0", classify.LeakUnreserved}}},
+		{"allocated_unreserved within grace", []any{allocatedAgo("just-released", 2*time.Minute, gpu("gpu-0"))}, nil},
+		{"per device", []any{reservedFor(allocatedAgo("two-gpus", time.Hour, gpu("gpu-0"), gpu("gpu-1")), pod("gone", "uid-gone"))},
+			[]leakRow{
+				{"two-gpus", "gone", "uid-gone", "node-1", "gpu-0", classify.LeakPodMissing},
+				{"two-gpus", "gone", "uid-gone", "node-1", "gpu-1", classify.LeakPodMissing},
+			}},
+		{"node from the device when the allocation has no node selector", []any{nodeLess},
+			[]leakRow{{"network-claim", "", "", "node-1", "gpu-1", classify.LeakUnreserved}}},
+		{"reservation by a non-pod consumer is not a pod leak", []any{func() *resourceapi.ResourceClaim {
+			c := allocatedAgo("job-level", time.Hour, gpu("gpu-0"))
+			c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{APIGroup: "batch", Resource: "jobs", Name: "train", UID: "uid-job"}}
+			return c
+		}()}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := snapshotOf(t, world(tt.objs...)...)
+			got := leakRows(classify.Leaks(s, t0, grace))
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("Leaks =\n%+v\nwant\n%+v", got, tt.want)
+			}
+			for _, l := range classify.Leaks(s, t0, grace) {
+				if !slices.Contains(classify.LeakReasons, l.Reason) {
+					t.Errorf("unknown leak reason %q", l.Reason)
+				}
+				if l.Detail == "" {
+					t.Errorf("leak %+v has no detail", l)
+				}
+			}
+		})
+	}
+}
+
+func TestFormat(t *testing.T) {
+	s := snapshotOf(t, world(statusPod(), genClaim(), holder("a", "gpu-0"), holder("b", "gpu-1"))...)
+	var buf bytes.Buffer
+	if err := classify.Format(&buf, classify.Pod(s, s.Pod(index.Key{Namespace: ns, Name: podName}))); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		"Pod prod/llm-0 (uid uid-llm-0)",
+		"lane: dra  phase: Pending  node: (not bound)",
+		"PASS  claim exists  [controller]  claim llm-0-gpu",
+		"PASS  device class exists (request gpu)  [scheduler]  claim llm-0-gpu",
+		"FAIL  free matching devices (request gpu)  [scheduler]  claim llm-0-gpu",
+		"reason: capacity_exhausted: " + classify.CapacityExhausted.Meaning(),
+		"0 of 2 matching devices are free, the request needs 1",
+		"Verdict: BLOCKED  layer=scheduler  reason=capacity_exhausted  claim=llm-0-gpu\n",
+		"owner: the scheduler layer.",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("Format output lacks %q:\n%s", want, out)
+		}
+	}
+
+	for _, tc := range []struct {
+		name string
+		pod  string
+		objs []any
+		want string
+	}{
+		{"ready", podName, world(ready(bound(statusPod(), "node-1")), reservedFor(allocated(genClaim(), "node-1", t0, result("gpu", "node-1", "gpu-0")), statusPod())), "Verdict: READY  every link passes\n"},
+		{"waiting", podName, world(statusPod(), reservedFor(allocated(genClaim(), "node-1", t0, result("gpu", "node-1", "gpu-0")), statusPod())), "Verdict: WAITING"},
+		{"device plugin", "dp", world(node("dp-node", 8), bound(withLimit(pod("dp", "uid-dp"), gpuResource, 1), "dp-node")), "Verdict: NOT CLASSIFIED  the pod gets its GPUs from the device-plugin lane\n"},
+		{"node layer verdict names node and device", podName, world(bound(statusPod(), "node-1"), reservedFor(allocated(genClaim(), "node-1", t0, result("gpu", "node-1", "gpu-0")), statusPod())),
+			"Verdict: BLOCKED  layer=node  reason=node_prepare_pending  claim=llm-0-gpu  node=node-1  device=gpu-0\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := snapshotOf(t, tc.objs...)
+			var buf bytes.Buffer
+			if err := classify.Format(&buf, classify.Pod(s, s.Pod(index.Key{Namespace: ns, Name: tc.pod}))); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(buf.String(), tc.want) {
+				t.Errorf("Format output lacks %q:\n%s", tc.want, buf.String())
+			}
+		})
+	}
+}
+
+// explain prints the same text for the same objects: its output goes into
+// bug reports and diffs.
+func TestFormatDeterministic(t *testing.T) {
+	// The class selector fails on every device (no profile attribute on
+	// full GPUs) and, for the second pod, several claims hold the devices.
+	broken := deviceClass("broken", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'")
+	objs := []any{gpuClass(), broken, slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5")...),
+		statusPod(), genClaim(request("gpu", "broken")),
+		withClaimStatus(withTemplateClaim(pod("llm-1", "uid-llm-1"), "gpu", "llm-gpu"), "gpu", "llm-1-gpu"),
+		ownedBy(claim("llm-1-gpu", "uid-c1"), pod("llm-1", "uid-llm-1"), "gpu"),
+	}
+	for i := 0; i < 6; i++ {
+		objs = append(objs, holder("h"+string(rune('a'+i)), "gpu-"+string(rune('0'+i))))
+	}
+	ix := build(t, index.Config{Now: func() time.Time { return t0 }}, objs...)
+	render := func(name string) string {
+		s := ix.Snapshot()
+		var buf bytes.Buffer
+		if err := classify.Format(&buf, classify.Pod(s, s.Pod(index.Key{Namespace: ns, Name: name}))); err != nil {
+			t.Fatal(err)
+		}
+		return buf.String()
+	}
+	for _, name := range []string{podName, "llm-1"} {
+		first := render(name)
+		for i := 0; i < 30; i++ {
+			if again := render(name); again != first {
+				t.Errorf("%s: Format output differs between two snapshots of the same index:\n--- first\n%s\n--- again\n%s", name, first, again)
+				break
+			}
+		}
+	}
+}
