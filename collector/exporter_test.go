@@ -1,0 +1,233 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
+
+// fakeCollector emits one gauge, then fails or panics as told.
+type fakeCollector struct {
+	name  string
+	def   *Def
+	fail  error
+	panic any
+}
+
+func (f fakeCollector) Name() string { return f.name }
+func (f fakeCollector) Defs() []*Def { return []*Def{f.def} }
+func (f fakeCollector) Update(_ *index.Snapshot, _ time.Time, e *emitter) error {
+	e.gauge(f.def, 1, f.name)
+	if f.panic != nil {
+		panic(f.panic)
+	}
+	return f.fail
+}
+
+func newFake(name string) fakeCollector {
+	return fakeCollector{name: name, def: newDef("dra_test_"+name, typeGauge, "A test family.", "collector")}
+}
+
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (h *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%v", a.Key, a.Value); return true })
+	h.mu.Lock()
+	h.msgs = append(h.msgs, b.String())
+	h.mu.Unlock()
+	return nil
+}
+func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *logRecorder) WithGroup(string) slog.Handler      { return h }
+
+func gather(t *testing.T, c prometheus.Collector) map[string]*dto.MetricFamily {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	out := map[string]*dto.MetricFamily{}
+	for _, mf := range mfs {
+		out[mf.GetName()] = mf
+	}
+	return out
+}
+
+// valueOf returns the gauge value of the series whose label "collector" is name.
+func valueOf(mf *dto.MetricFamily, name string) (float64, bool) {
+	if mf == nil {
+		return 0, false
+	}
+	for _, m := range mf.GetMetric() {
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == "collector" && lp.GetValue() == name {
+				return m.GetGauge().GetValue(), true
+			}
+		}
+	}
+	return 0, false
+}
+
+func TestExporterRecoversFailingCollectors(t *testing.T) {
+	boom := newFake("boom")
+	boom.panic = "index out of range"
+	weird := newFake("weird")
+	weird.panic = 42
+	failing := newFake("failing")
+	failing.fail = errors.New("no snapshot")
+	ok := newFake("ok")
+
+	logs := &logRecorder{}
+	x := NewExporter(index.New(index.Config{}), nil, true, slog.New(logs), boom, ok, weird, failing)
+	families := gather(t, x)
+
+	for name, want := range map[string]float64{"boom": 0, "weird": 0, "failing": 0, "ok": 1} {
+		got, found := valueOf(families["dra_exporter_scrape_collector_success"], name)
+		if !found || got != want {
+			t.Errorf("success{collector=%q} = %v (found %v), want %v", name, got, found, want)
+		}
+		if _, found := valueOf(families["dra_exporter_scrape_collector_duration_seconds"], name); !found {
+			t.Errorf("no duration for collector %q", name)
+		}
+	}
+	if _, found := valueOf(families["dra_test_ok"], "ok"); !found {
+		t.Errorf("the healthy collector's family is missing")
+	}
+	joined := strings.Join(logs.msgs, "\n")
+	for _, want := range []string{"collector=boom err=panic: index out of range", "collector=weird err=panic: unexpected value", "collector=failing err=no snapshot"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("log lacks %q:\n%s", want, joined)
+		}
+	}
+}
+
+func TestExporterWithoutTimingOmitsSelfFamilies(t *testing.T) {
+	x := NewExporter(index.New(index.Config{}), nil, false, slog.New(slog.DiscardHandler), newFake("ok"))
+	families := gather(t, x)
+	if _, found := families["dra_exporter_scrape_collector_success"]; found {
+		t.Errorf("timing off, yet success is exported")
+	}
+	if len(x.Defs()) != 1 {
+		t.Errorf("Defs = %d, want 1", len(x.Defs()))
+	}
+	if n := len(NewExporter(nil, nil, true, nil, newFake("ok")).Defs()); n != 3 {
+		t.Errorf("Defs with timing = %d, want 3", n)
+	}
+}
+
+// The offline paths (snapshot, golden tests) build the Exporter with a nil
+// logger; a failing collector must then still be skipped, not crash the
+// scrape.
+func TestExporterNilLoggerFailingCollector(t *testing.T) {
+	failing := newFake("failing")
+	failing.fail = errors.New("no snapshot")
+	x := NewExporter(index.New(index.Config{}), nil, true, nil, failing, newFake("ok"))
+	ch := make(chan prometheus.Metric, 64)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("Collect panicked with a nil logger: %v", r)
+			}
+		}()
+		x.Collect(ch)
+	}()
+	close(ch)
+	n := 0
+	for range ch {
+		n++
+	}
+	if n != 6 { // two test gauges, two durations, two successes
+		t.Errorf("collected %d metrics, want 6", n)
+	}
+}
+
+func TestUniqueGauge(t *testing.T) {
+	a := newDef("dra_test_a", typeGauge, "A.", "x", "y")
+	b := newDef("dra_test_b", typeGauge, "B.", "x", "y")
+	ch := make(chan prometheus.Metric, 16)
+	e := newEmitter(ch)
+	e.uniqueGauge(a, 1, "1", "2")
+	e.uniqueGauge(a, 1, "1", "2") // dropped
+	e.uniqueGauge(a, 1, "12", "") // a different label set, not a collision
+	e.uniqueGauge(b, 1, "1", "2") // another family
+	e.gauge(a, 1, "3", "4")
+	close(ch)
+	var got []string
+	for m := range ch {
+		var pb dto.Metric
+		if err := m.Write(&pb); err != nil {
+			t.Fatal(err)
+		}
+		var lvs []string
+		for _, lp := range pb.GetLabel() {
+			lvs = append(lvs, lp.GetValue())
+		}
+		got = append(got, m.Desc().String()[:30]+"|"+strings.Join(lvs, ","))
+	}
+	if len(got) != 4 {
+		t.Errorf("emitted %d metrics, want 4: %v", len(got), got)
+	}
+}
+
+func TestSanitizeLabel(t *testing.T) {
+	for in, want := range map[string]string{
+		"app":                    "app",
+		"app.kubernetes.io/name": "app_kubernetes_io_name",
+		"9lives":                 "_lives",
+		"team-name":              "team_name",
+		"v2":                     "v2",
+		"équipe":                 "__quipe",
+	} {
+		if got := sanitizeLabel(in); got != want {
+			t.Errorf("sanitizeLabel(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A panic inside one collector must not lose the families of the
+// collectors after it in the same scrape, on real data.
+func TestExporterOtherCollectorsStillEmit(t *testing.T) {
+	ix := index.New(index.Config{})
+	node := "node-1"
+	s := &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "s"},
+		Spec: resourceapi.ResourceSliceSpec{Driver: "gpu.nvidia.com", NodeName: &node,
+			Pool:    resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
+			Devices: []resourceapi.Device{{Name: "gpu-0"}}},
+	}
+	if err := ix.Upsert(s, false); err != nil {
+		t.Fatal(err)
+	}
+	boom := newFake("boom")
+	boom.panic = "boom"
+	x := NewExporter(ix, nil, true, slog.New(slog.DiscardHandler), boom, NewDeviceCollector(nil))
+	families := gather(t, x)
+	if mf := families["dra_device_info"]; mf == nil || len(mf.GetMetric()) != 1 {
+		t.Errorf("dra_device_info missing after a panicking collector: %v", mf)
+	}
+	if v, _ := valueOf(families["dra_exporter_scrape_collector_success"], "device"); v != 1 {
+		t.Errorf("success{collector=device} = %v, want 1", v)
+	}
+}

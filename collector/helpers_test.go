@@ -1,0 +1,346 @@
+package collector_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
+
+// NVIDIA-shaped test objects: driver gpu.nvidia.com, pool = node name,
+// devices gpu-N, classes gpu.nvidia.com and mig.nvidia.com.
+const (
+	driver       = "gpu.nvidia.com"
+	gpuClassName = "gpu.nvidia.com"
+	migClassName = "mig.nvidia.com"
+	gpuResource  = "nvidia.com/gpu"
+	ns           = "prod"
+)
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+func ptr[T any](v T) *T { return &v }
+
+func cel(exprs ...string) []resourceapi.DeviceSelector {
+	out := make([]resourceapi.DeviceSelector, len(exprs))
+	for i, e := range exprs {
+		out[i] = resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: e}}
+	}
+	return out
+}
+
+func deviceClass(name string, exprs ...string) *resourceapi.DeviceClass {
+	return &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("class-" + name)},
+		Spec:       resourceapi.DeviceClassSpec{Selectors: cel(exprs...)},
+	}
+}
+
+func gpuClass() *resourceapi.DeviceClass {
+	c := deviceClass(gpuClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'")
+	c.Spec.ExtendedResourceName = ptr(gpuResource)
+	return c
+}
+
+func migClass() *resourceapi.DeviceClass {
+	return deviceClass(migClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'")
+}
+
+func strAttr(s string) resourceapi.DeviceAttribute {
+	return resourceapi.DeviceAttribute{StringValue: &s}
+}
+
+func gpuDevice(name, uuid string) resourceapi.Device {
+	return resourceapi.Device{
+		Name: name,
+		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			"type":        strAttr("gpu"),
+			"uuid":        strAttr(uuid),
+			"productName": strAttr("NVIDIA H100 80GB HBM3"),
+		},
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			"memory": {Value: resource.MustParse("80Gi")},
+		},
+	}
+}
+
+func migDevice(name, uuid, parent, profile, memory string) resourceapi.Device {
+	return resourceapi.Device{
+		Name: name,
+		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+			"type":        strAttr("mig"),
+			"uuid":        strAttr(uuid),
+			"parentUUID":  strAttr(parent),
+			"profile":     strAttr(profile),
+			"productName": strAttr("NVIDIA A100-SXM4-40GB"),
+		},
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			"memory": {Value: resource.MustParse(memory)},
+		},
+	}
+}
+
+// consumes makes the device consume memory from a shared counter set.
+func consumes(d resourceapi.Device, set, memory string) resourceapi.Device {
+	d.ConsumesCounters = append(d.ConsumesCounters, resourceapi.DeviceCounterConsumption{
+		CounterSet: set,
+		Counters:   map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(memory)}},
+	})
+	return d
+}
+
+func slice(name, node string, gen int64, devices ...resourceapi.Device) *resourceapi.ResourceSlice {
+	return &resourceapi.ResourceSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("slice-" + name)},
+		Spec: resourceapi.ResourceSliceSpec{
+			Driver:   driver,
+			NodeName: ptr(node),
+			Pool:     resourceapi.ResourcePool{Name: node, Generation: gen, ResourceSliceCount: 1},
+			Devices:  devices,
+		},
+	}
+}
+
+func request(name, class string) resourceapi.DeviceRequest {
+	return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
+	}}
+}
+
+func claim(name, uid string, requests ...resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
+	if len(requests) == 0 {
+		requests = []resourceapi.DeviceRequest{request("gpu", gpuClassName)}
+	}
+	return &resourceapi.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid), CreationTimestamp: metav1.NewTime(t0)},
+		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests}},
+	}
+}
+
+func createdAt(c *resourceapi.ResourceClaim, at time.Time) *resourceapi.ResourceClaim {
+	c = c.DeepCopy()
+	c.CreationTimestamp = metav1.NewTime(at)
+	return c
+}
+
+// ownedBy makes c the claim the resourceclaim controller generated for the
+// pod claim entry podClaim of p.
+func ownedBy(c *resourceapi.ResourceClaim, p *corev1.Pod, podClaim string) *resourceapi.ResourceClaim {
+	c = c.DeepCopy()
+	c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID, Controller: ptr(true)}}
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	if podClaim != "" {
+		c.Annotations[resourceapi.PodResourceClaimAnnotation] = podClaim
+	}
+	return c
+}
+
+// extendedFor makes c the claim the scheduler created for p's extended
+// resource requests.
+func extendedFor(c *resourceapi.ResourceClaim, p *corev1.Pod) *resourceapi.ResourceClaim {
+	c = ownedBy(c, p, "")
+	c.Annotations[resourceapi.ExtendedResourceClaimAnnotation] = "true"
+	return c
+}
+
+func result(request, pool, device string) resourceapi.DeviceRequestAllocationResult {
+	return resourceapi.DeviceRequestAllocationResult{Request: request, Driver: driver, Pool: pool, Device: device}
+}
+
+func nodeSelector(node string) *corev1.NodeSelector {
+	return &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+		MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
+	}}}
+}
+
+// allocated returns c allocated on node (empty: no node selector) at the
+// given time (zero: no allocationTimestamp).
+func allocated(c *resourceapi.ResourceClaim, node string, at time.Time, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
+	c = c.DeepCopy()
+	a := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}
+	if node != "" {
+		a.NodeSelector = nodeSelector(node)
+	}
+	if !at.IsZero() {
+		a.AllocationTimestamp = ptr(metav1.NewTime(at))
+	}
+	c.Status.Allocation = a
+	return c
+}
+
+func deallocated(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+	c = c.DeepCopy()
+	c.Status.Allocation = nil
+	c.Status.ReservedFor = nil
+	return c
+}
+
+// reservedFor replaces the claim's reservations with the pods.
+func reservedFor(c *resourceapi.ResourceClaim, pods ...*corev1.Pod) *resourceapi.ResourceClaim {
+	c = c.DeepCopy()
+	c.Status.ReservedFor = nil
+	for _, p := range pods {
+		c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: p.Name, UID: p.UID})
+	}
+	return c
+}
+
+func pod(name, uid string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid), CreationTimestamp: metav1.NewTime(t0)},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodPending},
+	}
+}
+
+func podCreatedAt(p *corev1.Pod, at time.Time) *corev1.Pod {
+	p = p.DeepCopy()
+	p.CreationTimestamp = metav1.NewTime(at)
+	return p
+}
+
+func withTemplateClaim(p *corev1.Pod, name, template string) *corev1.Pod {
+	p = p.DeepCopy()
+	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: name, ResourceClaimTemplateName: ptr(template)})
+	return p
+}
+
+func withNamedClaim(p *corev1.Pod, name, claimName string) *corev1.Pod {
+	p = p.DeepCopy()
+	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: name, ResourceClaimName: ptr(claimName)})
+	return p
+}
+
+func withClaimStatus(p *corev1.Pod, name, claimName string) *corev1.Pod {
+	p = p.DeepCopy()
+	p.Status.ResourceClaimStatuses = append(p.Status.ResourceClaimStatuses, corev1.PodResourceClaimStatus{Name: name, ResourceClaimName: ptr(claimName)})
+	return p
+}
+
+func withExtendedClaimStatus(p *corev1.Pod, claimName string) *corev1.Pod {
+	p = p.DeepCopy()
+	p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{
+		ResourceClaimName: claimName,
+		RequestMappings:   []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: gpuResource, RequestName: "container-0-request-0"}},
+	}
+	return p
+}
+
+// withLimit makes the pod's container ask for n of an extended resource.
+func withLimit(p *corev1.Pod, name string, n int64) *corev1.Pod {
+	p = p.DeepCopy()
+	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceName(name): *resource.NewQuantity(n, resource.DecimalSI)}
+	return p
+}
+
+func bound(p *corev1.Pod, node string) *corev1.Pod {
+	p = p.DeepCopy()
+	p.Spec.NodeName = node
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue})
+	return p
+}
+
+func running(p *corev1.Pod) *corev1.Pod {
+	p = p.DeepCopy()
+	p.Status.Phase = corev1.PodRunning
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	return p
+}
+
+func ready(p *corev1.Pod) *corev1.Pod {
+	p = running(p)
+	p.Status.ContainerStatuses[0].Ready = true
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
+	return p
+}
+
+func finished(p *corev1.Pod, phase corev1.PodPhase) *corev1.Pod {
+	p = p.DeepCopy()
+	p.Status.Phase = phase
+	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}}}
+	var conds []corev1.PodCondition
+	for _, c := range p.Status.Conditions {
+		if c.Type != corev1.PodReady {
+			conds = append(conds, c)
+		}
+	}
+	p.Status.Conditions = conds
+	return p
+}
+
+func node(name string, gpus int64) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("node-" + name)}}
+	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
+	if gpus > 0 {
+		n.Status.Allocatable[gpuResource] = *resource.NewQuantity(gpus, resource.DecimalSI)
+	}
+	return n
+}
+
+func event(name string, p *corev1.Pod, reason, message string, at time.Time) *corev1.Event {
+	return &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: p.Namespace, Name: name, UID: types.UID("event-" + name)},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
+		Reason:         reason,
+		Message:        message,
+		Type:           corev1.EventTypeWarning,
+		LastTimestamp:  metav1.NewTime(at),
+		Count:          1,
+	}
+}
+
+// build adds the objects as an initial list (not live).
+func build(t testing.TB, cfg index.Config, objs ...any) *index.Index {
+	t.Helper()
+	ix := index.New(cfg)
+	for _, o := range objs {
+		upsert(t, ix, o, false)
+	}
+	return ix
+}
+
+func upsert(t testing.TB, ix *index.Index, obj any, live bool) {
+	t.Helper()
+	if err := ix.Upsert(obj, live); err != nil {
+		t.Fatalf("Upsert(%T): %v", obj, err)
+	}
+}
+
+func del(t testing.TB, ix *index.Index, obj any) {
+	t.Helper()
+	if err := ix.Delete(obj); err != nil {
+		t.Fatalf("Delete(%T): %v", obj, err)
+	}
+}
+
+func devKey(pool, device string) index.DeviceKey {
+	return index.DeviceKey{Driver: driver, Pool: pool, Device: device}
+}
+
+// deviceNames returns "pool/device" of every device, sorted.
+func deviceNames(s *index.Snapshot) []string {
+	var out []string
+	for _, d := range s.Devices {
+		out = append(out, d.Key.Pool+"/"+d.Key.Device)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func classDeviceNames(s *index.Snapshot, class string) []string {
+	var out []string
+	for _, d := range s.ClassDevices(class) {
+		out = append(out, d.Key.Pool+"/"+d.Key.Device)
+	}
+	slices.Sort(out)
+	return out
+}
