@@ -1,6 +1,7 @@
 package index
 
 import (
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -205,6 +206,9 @@ func (t *latencyTracker) pairRelease(claimUID types.UID, rel *claimRelease) {
 			t.obs.ObserveRelease(class, StageUnreserved, max(unreservedAt.Sub(end), 0))
 		}
 		delete(rel.unreserved, uid)
+		if !slices.Contains(rel.lastPods, uid) {
+			delete(rel.podEnds, uid) // deallocation is not timed from this pod
+		}
 	}
 	if !rel.deallocated.IsZero() {
 		if len(rel.lastPods) == 0 {
@@ -216,14 +220,15 @@ func (t *latencyTracker) pairRelease(claimUID types.UID, rel *claimRelease) {
 				t.obs.ObserveRelease(class, StageDeallocated, max(rel.deallocated.Sub(end), 0))
 			}
 			rel.deallocated = time.Time{}
+			for _, uid := range rel.lastPods {
+				delete(rel.podEnds, uid)
+			}
 			rel.lastPods = nil
 		}
 	}
-	if len(rel.unreserved) == 0 && rel.deallocated.IsZero() {
-		// Keep pod ends only while the claim may still let go of them.
-		if len(rel.lastPods) == 0 {
-			delete(t.releases, claimUID)
-		}
+	// Done when no half waits for its other half.
+	if len(rel.unreserved) == 0 && len(rel.podEnds) == 0 && rel.deallocated.IsZero() && len(rel.lastPods) == 0 {
+		delete(t.releases, claimUID)
 	}
 }
 
