@@ -1,0 +1,369 @@
+// Package cluster runs a real Kubernetes control plane (etcd,
+// kube-apiserver, kube-scheduler, kube-controller-manager, built from the Go
+// module proxy at one pinned release by `make controlplane`) on loopback, for
+// dra-exporter's end-to-end tests and demo. Nodes are simulated: Node objects
+// with status, ResourceSlices shaped like the NVIDIA DRA driver's, and a test
+// that plays the kubelet's part.
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Env names the environment variables the harness reads.
+const (
+	EnvBinDir = "DRA_E2E_CONTROLPLANE_BIN" // directory with etcd, kube-apiserver, kube-scheduler, kube-controller-manager
+	EnvSkip   = "DRA_E2E_SKIP"             // "1": tests may skip when the binaries are absent
+)
+
+const adminToken = "dra-e2e-admin-token"
+
+// ControlPlane is a running control plane.
+type ControlPlane struct {
+	Dir        string // logs, certificates, kubeconfigs
+	BinDir     string
+	APIServer  string // https://127.0.0.1:port
+	Kubeconfig string // admin kubeconfig path
+	Admin      *rest.Config
+	Client     kubernetes.Interface
+
+	mu    sync.Mutex
+	procs map[string]*process
+	ports map[string]int
+}
+
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{}
+	err  error
+}
+
+// BinDir returns the directory of the control-plane binaries from the
+// environment, checking that all four are there.
+func BinDir() (string, error) {
+	dir := os.Getenv(EnvBinDir)
+	if dir == "" {
+		return "", fmt.Errorf("%s is not set: run the tests through `make test`, or build with `make controlplane` and export %s=.cache/controlplane/<version>/bin", EnvBinDir, EnvBinDir)
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return "", fmt.Errorf("control-plane binary missing (run `make controlplane`): %w", err)
+		}
+	}
+	return dir, nil
+}
+
+// Start starts etcd, kube-apiserver, kube-scheduler and
+// kube-controller-manager in dir and waits until each is healthy.
+func Start(ctx context.Context, binDir, dir string) (*ControlPlane, error) {
+	cp := &ControlPlane{Dir: dir, BinDir: binDir, procs: map[string]*process{}, ports: map[string]int{}}
+	if err := cp.start(ctx); err != nil {
+		cp.Stop()
+		return nil, err
+	}
+	return cp, nil
+}
+
+func (cp *ControlPlane) start(ctx context.Context) error {
+	for _, d := range []string{"etcd", "certs"} {
+		if err := os.MkdirAll(filepath.Join(cp.Dir, d), 0o700); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{"etcd-client", "etcd-peer", "apiserver", "scheduler", "controller-manager"} {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		cp.ports[name] = p
+	}
+	if err := cp.writeCredentials(); err != nil {
+		return err
+	}
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", cp.ports["etcd-client"])
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", cp.ports["etcd-peer"])
+	if err := cp.spawn("etcd",
+		"--name=e2e", "--data-dir="+filepath.Join(cp.Dir, "etcd"),
+		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=e2e="+peerURL, "--unsafe-no-fsync", "--quota-backend-bytes=4294967296",
+		"--log-level=warn",
+	); err != nil {
+		return err
+	}
+	if err := cp.waitHTTP(ctx, "etcd", etcdURL+"/health", ""); err != nil {
+		return err
+	}
+
+	certs := filepath.Join(cp.Dir, "certs")
+	cp.APIServer = fmt.Sprintf("https://127.0.0.1:%d", cp.ports["apiserver"])
+	if err := cp.spawn("kube-apiserver",
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(cp.ports["apiserver"]),
+		"--cert-dir="+certs,
+		"--token-auth-file="+filepath.Join(certs, "tokens.csv"),
+		"--service-account-key-file="+filepath.Join(certs, "sa.pub"),
+		"--service-account-signing-key-file="+filepath.Join(certs, "sa.key"),
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--authorization-mode=Node,RBAC",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--endpoint-reconciler-type=none",
+		// Without a kubelet every new Node would stay tainted not-ready.
+		"--disable-admission-plugins=TaintNodesByCondition",
+		"--v=1",
+	); err != nil {
+		return err
+	}
+	if err := cp.waitHTTP(ctx, "kube-apiserver", cp.APIServer+"/readyz", adminToken); err != nil {
+		return err
+	}
+	if err := cp.writeAdminKubeconfig(); err != nil {
+		return err
+	}
+	if err := cp.startScheduler(ctx); err != nil {
+		return err
+	}
+	return cp.StartControllerManager(ctx)
+}
+
+func (cp *ControlPlane) startScheduler(ctx context.Context) error {
+	port := strconv.Itoa(cp.ports["scheduler"])
+	if err := cp.spawn("kube-scheduler",
+		"--kubeconfig="+cp.Kubeconfig,
+		"--authentication-kubeconfig="+cp.Kubeconfig, "--authorization-kubeconfig="+cp.Kubeconfig,
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+port, "--v=1",
+	); err != nil {
+		return err
+	}
+	return cp.waitHTTP(ctx, "kube-scheduler", "https://127.0.0.1:"+port+"/healthz", "")
+}
+
+// StartControllerManager starts kube-controller-manager (again, after
+// StopControllerManager).
+func (cp *ControlPlane) StartControllerManager(ctx context.Context) error {
+	port := strconv.Itoa(cp.ports["controller-manager"])
+	certs := filepath.Join(cp.Dir, "certs")
+	if err := cp.spawn("kube-controller-manager",
+		"--kubeconfig="+cp.Kubeconfig,
+		"--authentication-kubeconfig="+cp.Kubeconfig, "--authorization-kubeconfig="+cp.Kubeconfig,
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+port,
+		"--service-account-private-key-file="+filepath.Join(certs, "sa.key"),
+		"--root-ca-file="+filepath.Join(certs, "apiserver.crt"),
+		// Without a kubelet the node-lifecycle controller would taint the
+		// simulated nodes and evict their pods.
+		"--controllers=*,-node-lifecycle-controller",
+		"--v=1",
+	); err != nil {
+		return err
+	}
+	return cp.waitHTTP(ctx, "kube-controller-manager", "https://127.0.0.1:"+port+"/healthz", "")
+}
+
+// StopControllerManager stops kube-controller-manager: nothing then removes
+// reservations of deleted pods or deletes their generated claims.
+func (cp *ControlPlane) StopControllerManager() { cp.stop("kube-controller-manager") }
+
+func (cp *ControlPlane) writeCredentials() error {
+	certs := filepath.Join(cp.Dir, "certs")
+	if err := os.WriteFile(filepath.Join(certs, "tokens.csv"),
+		[]byte(adminToken+`,admin,admin-uid,"system:masters"`+"\n"), 0o600); err != nil {
+		return err
+	}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	priv := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	pubDER, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return err
+	}
+	pub := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER})
+	if err := os.WriteFile(filepath.Join(certs, "sa.key"), priv, 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(certs, "sa.pub"), pub, 0o600)
+}
+
+func (cp *ControlPlane) writeAdminKubeconfig() error {
+	cp.Kubeconfig = filepath.Join(cp.Dir, "admin.kubeconfig")
+	if err := WriteKubeconfig(cp.Kubeconfig, cp.APIServer, filepath.Join(cp.Dir, "certs", "apiserver.crt"), adminToken); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	cp.Admin = cfg
+	cp.Client, err = kubernetes.NewForConfig(cfg)
+	return err
+}
+
+// WriteKubeconfig writes a kubeconfig that authenticates with a bearer token.
+func WriteKubeconfig(path, server, caFile, token string) error {
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		return err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["e2e"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
+	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["e2e"] = &clientcmdapi.Context{Cluster: "e2e", AuthInfo: "user"}
+	cfg.CurrentContext = "e2e"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// CAFile is the API server's self-signed serving certificate.
+func (cp *ControlPlane) CAFile() string { return filepath.Join(cp.Dir, "certs", "apiserver.crt") }
+
+func (cp *ControlPlane) spawn(name string, args ...string) error {
+	logPath := filepath.Join(cp.Dir, name+".log")
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(cp.BinDir, name), args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// The processes die with the test binary, even when it is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	cp.mu.Lock()
+	cp.procs[name] = p
+	cp.mu.Unlock()
+	return nil
+}
+
+func (cp *ControlPlane) stop(name string) {
+	cp.mu.Lock()
+	p := cp.procs[name]
+	delete(cp.procs, name)
+	cp.mu.Unlock()
+	if p == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// Stop stops every process, the API server's clients first.
+func (cp *ControlPlane) Stop() {
+	for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd"} {
+		cp.stop(name)
+	}
+}
+
+// waitHTTP polls a health endpoint until it answers 200, failing early when
+// the process exits.
+func (cp *ControlPlane) waitHTTP(ctx context.Context, name, url, token string) error {
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback, self-signed
+	}}
+	cp.mu.Lock()
+	p := cp.procs[name]
+	cp.mu.Unlock()
+	deadline := time.Now().Add(90 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(body))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited (%v); log:\n%s", name, p.err, Tail(p.log, 30))
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("%s not healthy at %s after 90s: %s; log:\n%s", name, url, last, Tail(p.log, 30))
+}
+
+// Logs returns the tail of every process log, for a failing test.
+func (cp *ControlPlane) Logs(lines int) string {
+	var b strings.Builder
+	for _, name := range []string{"etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"} {
+		fmt.Fprintf(&b, "----- %s (%s)\n%s\n", name, filepath.Join(cp.Dir, name+".log"), Tail(filepath.Join(cp.Dir, name+".log"), lines))
+	}
+	return b.String()
+}
+
+// Tail returns the last n lines of a file.
+func Tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort() (int, error) { return freePort() }
+
+var errTimeout = errors.New("timed out")

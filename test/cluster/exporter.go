@@ -1,0 +1,243 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+)
+
+// EnvExporter names the dra-exporter binary the tests run.
+const EnvExporter = "DRA_E2E_EXPORTER"
+
+// ExporterNamespace and ServiceAccount match deploy/manifests.
+const (
+	ExporterNamespace = "dra-exporter"
+	ExporterAccount   = "dra-exporter"
+)
+
+// ExporterKubeconfig creates the exporter's ServiceAccount, binds it to the
+// ClusterRole read from deploy/manifests/clusterrole.yaml (exactly the one
+// users install), and writes a kubeconfig with a token of that account.
+func ExporterKubeconfig(ctx context.Context, cp *ControlPlane, clusterRoleFile string) (string, error) {
+	c := cp.Client
+	data, err := os.ReadFile(clusterRoleFile)
+	if err != nil {
+		return "", err
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(data, &role); err != nil {
+		return "", fmt.Errorf("%s: %w", clusterRoleFile, err)
+	}
+	if err := CreateNamespace(ctx, c, ExporterNamespace); err != nil {
+		return "", err
+	}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ExporterNamespace, Name: ExporterAccount}}
+	if _, err := c.CoreV1().ServiceAccounts(ExporterNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	if _, err := c.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ExporterNamespace, Name: ExporterAccount}},
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return "", err
+	}
+	tok, err := c.CoreV1().ServiceAccounts(ExporterNamespace).CreateToken(ctx, ExporterAccount, &authv1.TokenRequest{
+		Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(24 * 3600))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for %s: %w", ExporterAccount, err)
+	}
+	path := filepath.Join(cp.Dir, "exporter.kubeconfig")
+	return path, WriteKubeconfig(path, cp.APIServer, cp.CAFile(), tok.Status.Token)
+}
+
+// Exporter is a running dra-exporter serve process.
+type Exporter struct {
+	URL string
+	Log string
+	cmd *exec.Cmd
+}
+
+// StartExporter runs `dra-exporter serve` and waits for /readyz.
+func StartExporter(ctx context.Context, binary, kubeconfig, dir string, extraArgs ...string) (*Exporter, error) {
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	logPath := filepath.Join(dir, "dra-exporter.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"serve", "--kubeconfig=" + kubeconfig, "--web.listen-address=" + addr, "--log.level=debug"}, extraArgs...)
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", binary, err)
+	}
+	go func() { _ = cmd.Wait(); logFile.Close() }()
+	e := &Exporter{URL: "http://" + addr, Log: logPath, cmd: cmd}
+	err = WaitFor(ctx, 60*time.Second, "dra-exporter /readyz", func(ctx context.Context) (bool, error) {
+		if cmd.ProcessState != nil {
+			return false, fmt.Errorf("dra-exporter exited: %s", Tail(logPath, 20))
+		}
+		resp, err := http.Get(e.URL + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		e.Stop()
+		return nil, fmt.Errorf("%w; log:\n%s", err, Tail(logPath, 30))
+	}
+	return e, nil
+}
+
+// Stop stops the exporter.
+func (e *Exporter) Stop() {
+	if e.cmd.Process != nil {
+		_ = e.cmd.Process.Signal(syscall.SIGTERM)
+		time.Sleep(200 * time.Millisecond)
+		_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// Scrape fetches and parses /metrics.
+func (e *Exporter) Scrape() (Metrics, error) {
+	resp, err := http.Get(e.URL + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/metrics: %s: %s", resp.Status, body)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("parse /metrics: %w", err)
+	}
+	return Metrics(families), nil
+}
+
+// Metrics is a parsed scrape.
+type Metrics map[string]*dto.MetricFamily
+
+// Sample is one series.
+type Sample struct {
+	Labels map[string]string
+	Value  float64
+}
+
+func (s Sample) String() string {
+	keys := make([]string, 0, len(s.Labels))
+	for k := range s.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%q", k, s.Labels[k])
+	}
+	return "{" + strings.Join(parts, ",") + "} " + fmt.Sprint(s.Value)
+}
+
+// Find returns the series of a family whose labels include match. For a
+// histogram, name the family and the value is its sample count.
+func (m Metrics) Find(name string, match map[string]string) []Sample {
+	mf := m[name]
+	if mf == nil {
+		return nil
+	}
+	var out []Sample
+	for _, metric := range mf.GetMetric() {
+		labels := map[string]string{}
+		for _, lp := range metric.GetLabel() {
+			labels[lp.GetName()] = lp.GetValue()
+		}
+		ok := true
+		for k, v := range match {
+			if labels[k] != v {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		var v float64
+		switch {
+		case metric.Gauge != nil:
+			v = metric.Gauge.GetValue()
+		case metric.Counter != nil:
+			v = metric.Counter.GetValue()
+		case metric.Histogram != nil:
+			v = float64(metric.Histogram.GetSampleCount())
+		case metric.Untyped != nil:
+			v = metric.Untyped.GetValue()
+		}
+		out = append(out, Sample{Labels: labels, Value: v})
+	}
+	return out
+}
+
+// Sum adds the values of the matching series.
+func (m Metrics) Sum(name string, match map[string]string) float64 {
+	var sum float64
+	for _, s := range m.Find(name, match) {
+		sum += s.Value
+	}
+	return sum
+}
+
+// Explain runs `dra-exporter explain` against the cluster.
+func Explain(ctx context.Context, binary, kubeconfig, target string) (string, error) {
+	cmd := exec.CommandContext(ctx, binary, "explain", "--kubeconfig="+kubeconfig, target)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("explain %s: %w: %s", target, err, errOut.String())
+	}
+	return out.String(), nil
+}
+
+// CanI asks the API server whether the exporter's account may do verb on
+// resource (SubjectAccessReview, as admin).
+func CanI(ctx context.Context, c kubernetes.Interface, verb, group, resource string) (bool, error) {
+	return canI(ctx, c, "system:serviceaccount:"+ExporterNamespace+":"+ExporterAccount, verb, group, resource)
+}
