@@ -1,0 +1,216 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// EnvPrometheus names the prometheus binary (built by `make tools`).
+const EnvPrometheus = "DRA_PROMETHEUS"
+
+// Prometheus is a running Prometheus server (its HTTP API; the module build
+// has no web UI assets).
+type Prometheus struct {
+	URL string
+	Log string
+	cmd *exec.Cmd
+}
+
+// PrometheusOptions configure StartPrometheus.
+type PrometheusOptions struct {
+	Binary   string
+	Dir      string
+	Target   string        // host:port of the exporter
+	Interval time.Duration // scrape and rule evaluation interval
+	// RuleFiles are copied into Dir; when ZeroFor is set every `for:`
+	// duration is rewritten to 0s, so a test checks the expressions and
+	// labels without waiting out the production durations.
+	RuleFiles []string
+	ZeroFor   bool
+}
+
+var forLine = regexp.MustCompile(`(?m)^(\s*)for:\s*\S+\s*$`)
+
+// StartPrometheus writes a configuration that scrapes the exporter, loads
+// the rule files and waits until the server is ready.
+func StartPrometheus(ctx context.Context, o PrometheusOptions) (*Prometheus, error) {
+	rulesDir := filepath.Join(o.Dir, "rules")
+	if err := os.MkdirAll(rulesDir, 0o755); err != nil {
+		return nil, err
+	}
+	var ruleGlobs []string
+	for _, f := range o.RuleFiles {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		if o.ZeroFor {
+			data = forLine.ReplaceAll(data, []byte("${1}for: 0s"))
+		}
+		dst := filepath.Join(rulesDir, filepath.Base(f))
+		if err := os.WriteFile(dst, data, 0o644); err != nil {
+			return nil, err
+		}
+		ruleGlobs = append(ruleGlobs, dst)
+	}
+	interval := o.Interval.String()
+	config := fmt.Sprintf(`global:
+  scrape_interval: %s
+  evaluation_interval: %s
+rule_files:
+%s
+scrape_configs:
+- job_name: dra-exporter
+  static_configs:
+  - targets: [%q]
+`, interval, interval, yamlList(ruleGlobs), o.Target)
+	configPath := filepath.Join(o.Dir, "prometheus.yml")
+	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
+		return nil, err
+	}
+	port, err := FreePort()
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(o.Dir, "prometheus.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(o.Binary,
+		"--config.file="+configPath,
+		"--storage.tsdb.path="+filepath.Join(o.Dir, "data"),
+		fmt.Sprintf("--web.listen-address=127.0.0.1:%d", port),
+		"--log.level=warn",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start prometheus: %w", err)
+	}
+	go func() { _ = cmd.Wait(); logFile.Close() }()
+	p := &Prometheus{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Log: logPath, cmd: cmd}
+	err = WaitFor(ctx, 60*time.Second, "prometheus ready", func(ctx context.Context) (bool, error) {
+		if cmd.ProcessState != nil {
+			return false, fmt.Errorf("prometheus exited: %s", Tail(logPath, 20))
+		}
+		resp, err := http.Get(p.URL + "/-/ready")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil {
+		p.Stop()
+		return nil, err
+	}
+	return p, nil
+}
+
+func yamlList(items []string) string {
+	var b strings.Builder
+	for _, it := range items {
+		fmt.Fprintf(&b, "- %q\n", it)
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// Stop stops Prometheus.
+func (p *Prometheus) Stop() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		time.Sleep(300 * time.Millisecond)
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// Alert is one entry of /api/v1/alerts.
+type Alert struct {
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+	State       string            `json:"state"`
+}
+
+// Alerts returns the active (pending or firing) alerts.
+func (p *Prometheus) Alerts(ctx context.Context) ([]Alert, error) {
+	var body struct {
+		Status string `json:"status"`
+		Data   struct {
+			Alerts []Alert `json:"alerts"`
+		} `json:"data"`
+	}
+	if err := p.get(ctx, "/api/v1/alerts", &body); err != nil {
+		return nil, err
+	}
+	return body.Data.Alerts, nil
+}
+
+// RuleHealth returns the rules whose last evaluation failed, as
+// "group/rule: error".
+func (p *Prometheus) RuleHealth(ctx context.Context) ([]string, error) {
+	var body struct {
+		Data struct {
+			Groups []struct {
+				Name  string `json:"name"`
+				Rules []struct {
+					Name      string `json:"name"`
+					Health    string `json:"health"`
+					LastError string `json:"lastError"`
+				} `json:"rules"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	if err := p.get(ctx, "/api/v1/rules", &body); err != nil {
+		return nil, err
+	}
+	var bad []string
+	for _, g := range body.Data.Groups {
+		for _, r := range g.Rules {
+			if r.Health == "err" {
+				bad = append(bad, g.Name+"/"+r.Name+": "+r.LastError)
+			}
+		}
+	}
+	return bad, nil
+}
+
+// Query runs an instant query and returns the number of series.
+func (p *Prometheus) Query(ctx context.Context, q string) (int, error) {
+	var body struct {
+		Data struct {
+			Result []json.RawMessage `json:"result"`
+		} `json:"data"`
+	}
+	if err := p.get(ctx, "/api/v1/query?query="+url.QueryEscape(q), &body); err != nil {
+		return 0, err
+	}
+	return len(body.Data.Result), nil
+}
+
+func (p *Prometheus) get(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
