@@ -1,0 +1,368 @@
+package bench
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/objects"
+)
+
+// sizes are the cluster sizes, in claims. Select one with
+// -bench 'Scrape/10k$'.
+var sizes = []struct {
+	name   string
+	claims int
+}{
+	{"1k", 1_000},
+	{"10k", 10_000},
+	{"100k", 100_000},
+}
+
+var budget = flag.Duration("budget", 30*time.Second,
+	"skip a size when the previous size of the same benchmark, scaled linearly, predicts more than this per op (0: run every size)")
+
+// guard skips the sizes a benchmark cannot finish in reasonable time. Its
+// prediction scales the previous size's time per op linearly, a lower bound
+// for the code measured here, so it never skips a size that would be fast;
+// a size selected alone with -bench always runs.
+type guard struct {
+	ns     float64 // per op, previous size
+	claims int
+}
+
+func (g *guard) check(b *testing.B, claims int) {
+	b.Helper()
+	if *budget <= 0 || g.claims == 0 {
+		return
+	}
+	predicted := time.Duration(g.ns * float64(claims) / float64(g.claims))
+	if predicted > *budget {
+		// go test prints a benchmark's skip message only with -v; this
+		// line shows in every run (benchstat ignores it).
+		fmt.Printf("--- SKIP: %s: %d claims took %s per op, so %d claims would take at least %s per op (over -budget %s; -budget 0 runs it)\n",
+			b.Name(), g.claims, time.Duration(g.ns).Round(time.Millisecond), claims, predicted.Round(time.Second), *budget)
+		b.SkipNow()
+	}
+}
+
+func (g *guard) record(b *testing.B, claims int) {
+	g.ns, g.claims = float64(b.Elapsed().Nanoseconds())/float64(b.N), claims
+}
+
+// unreservedGrace is the serve command's default --claim.unreserved-grace-period.
+const unreservedGrace = 5 * time.Minute
+
+// clusterCollectors mirrors the list cmd/dra-exporter/config.go wires with
+// the default flags; keep the two in step.
+func clusterCollectors() []collector.Collector {
+	return []collector.Collector{
+		collector.NewDeviceCollector(collector.DefaultAttributeLabels),
+		collector.NewDeviceClassCollector(),
+		collector.NewClaimCollector(),
+		collector.NewBlockedCollector(),
+		collector.NewLeakCollector(unreservedGrace),
+		collector.NewLaneCollector(),
+		collector.NewPodCollector(nil),
+	}
+}
+
+// fixture is one generated cluster: its objects trimmed as the informers
+// trim them, and (once built) the index over them.
+type fixture struct {
+	claims  int
+	cluster *Cluster // counts only; the object slices are dropped
+	objs    []any
+	ix      *index.Index
+	// podKeys maps claim i to its pod (the key is set even where the
+	// outcome leaves the pod out).
+	podKeys []index.Key
+}
+
+// current holds the fixture of one size at a time, so that a 100k cluster
+// does not stay on the heap while other sizes run (the heap figures would
+// include it).
+var current *fixture
+
+func load(tb testing.TB, claims int) *fixture {
+	tb.Helper()
+	if current != nil && current.claims == claims {
+		return current
+	}
+	current = nil
+	runtime.GC()
+	start := time.Now()
+	c := Generate(claims)
+	objs := c.Objects()
+	var trimmer objects.Trimmer // the default flags keep no pod labels
+	for i, o := range objs {
+		objs[i] = trimmer.Trim(o)
+	}
+	podKeys := make([]index.Key, claims)
+	for i, rc := range c.Claims {
+		podKeys[i] = index.Key{Namespace: rc.Namespace, Name: rc.OwnerReferences[0].Name}
+	}
+	// Keep the counts; let the untrimmed objects go.
+	counts := *c
+	counts.Classes, counts.Nodes, counts.Slices, counts.Claims, counts.Pods, counts.Events, counts.SchedulerEvents = nil, nil, nil, nil, nil, nil, nil
+	current = &fixture{claims: claims, cluster: &counts, objs: objs, podKeys: podKeys}
+	tb.Logf("generated %d claims: %d objects in %s", claims, len(objs), time.Since(start).Round(time.Millisecond))
+	return current
+}
+
+func (f *fixture) now() time.Time { return f.cluster.Now }
+
+// build upserts every object into a fresh index, as the informers' initial
+// list does (not live: no latency is observed for past transitions).
+func (f *fixture) build(tb testing.TB) *index.Index {
+	ix := index.New(index.Config{
+		Now:                   f.now,
+		Observer:              collector.NewLatency(),
+		DevicePluginResources: []string{"nvidia.com/gpu"},
+	})
+	for _, o := range f.objs {
+		if err := ix.Upsert(o, false); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return ix
+}
+
+func (f *fixture) index(tb testing.TB) *index.Index {
+	if f.ix == nil {
+		f.ix = f.build(tb)
+	}
+	return f.ix
+}
+
+// heapInUse returns the bytes of heap spans in use after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
+}
+
+func mib(b uint64) float64 { return float64(b) / (1 << 20) }
+
+// perClaim reports the average time of one iteration divided by the
+// cluster size.
+func perClaim(b *testing.B, claims int) {
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(claims), "ns/claim")
+}
+
+// BenchmarkIndexBuild upserts every trimmed object into a fresh index. It
+// reports the heap in use afterwards (trimmed objects, which the informer
+// caches hold in production, plus the index) and the index's share of it.
+func BenchmarkIndexBuild(b *testing.B) {
+	var g guard
+	for _, size := range sizes {
+		b.Run(size.name, func(b *testing.B) {
+			g.check(b, size.claims)
+			f := load(b, size.claims)
+			f.ix = nil
+			base := heapInUse()
+			var ix *index.Index
+			for b.Loop() {
+				ix = f.build(b)
+			}
+			perClaim(b, size.claims)
+			g.record(b, size.claims)
+			f.ix = ix
+			after := heapInUse()
+			b.ReportMetric(mib(after), "heap-MiB")
+			b.ReportMetric(mib(after-min(base, after)), "index-MiB")
+		})
+	}
+}
+
+// BenchmarkSnapshot takes one snapshot of a built index (copy under the
+// lock, then the joins).
+func BenchmarkSnapshot(b *testing.B) {
+	var g guard
+	for _, size := range sizes {
+		b.Run(size.name, func(b *testing.B) {
+			g.check(b, size.claims)
+			ix := load(b, size.claims).index(b)
+			for b.Loop() {
+				_ = ix.Snapshot()
+			}
+			perClaim(b, size.claims)
+			g.record(b, size.claims)
+		})
+	}
+}
+
+// BenchmarkClassify runs the decision tree over every pod of a fresh
+// snapshot (classify.Blocked); the snapshot is taken outside the timer, so
+// that its per-snapshot selector memo starts cold as in a scrape.
+func BenchmarkClassify(b *testing.B) {
+	var g guard
+	for _, size := range sizes {
+		b.Run(size.name, func(b *testing.B) {
+			g.check(b, size.claims)
+			ix := load(b, size.claims).index(b)
+			var blocked []classify.Verdict
+			for b.Loop() {
+				b.StopTimer()
+				s := ix.Snapshot()
+				b.StartTimer()
+				blocked = classify.Blocked(s)
+			}
+			perClaim(b, size.claims)
+			g.record(b, size.claims)
+			b.ReportMetric(float64(len(blocked)), "blocked-pods")
+		})
+	}
+}
+
+// BenchmarkScrape is one full scrape as the serve command answers it: the
+// Exporter (one snapshot, every cluster collector, timed) gathered by a
+// registry and encoded as text. It reports the series and bytes of the
+// exposition, and each collector's own duration from
+// dra_exporter_scrape_collector_duration_seconds (ms-<collector>).
+func BenchmarkScrape(b *testing.B) { benchmarkScrape(b, clusterCollectors()) }
+
+// BenchmarkScrapeExceptBlocked is BenchmarkScrape without the blocked
+// collector (the decision tree), so that the rest of a scrape can be
+// measured at sizes where classification is too slow to run.
+func BenchmarkScrapeExceptBlocked(b *testing.B) {
+	var cs []collector.Collector
+	for _, c := range clusterCollectors() {
+		if c.Name() != "blocked" {
+			cs = append(cs, c)
+		}
+	}
+	benchmarkScrape(b, cs)
+}
+
+func benchmarkScrape(b *testing.B, collectors []collector.Collector) {
+	var g guard
+	for _, size := range sizes {
+		b.Run(size.name, func(b *testing.B) {
+			g.check(b, size.claims)
+			f := load(b, size.claims)
+			ix := f.index(b)
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collector.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), collectors...))
+			var res scrapeResult
+			collectorSeconds := map[string]float64{}
+			for b.Loop() {
+				var err error
+				res, err = scrape(reg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for name, s := range res.collectorSeconds {
+					collectorSeconds[name] += s
+				}
+			}
+			perClaim(b, size.claims)
+			g.record(b, size.claims)
+			b.ReportMetric(float64(res.series), "series/scrape")
+			b.ReportMetric(float64(res.bytes), "exposition-B")
+			for name, s := range collectorSeconds {
+				b.ReportMetric(s*1000/float64(b.N), "ms-"+name)
+			}
+		})
+	}
+}
+
+// BenchmarkClassifyPod walks the decision tree for one pod of each intended
+// outcome (classify.Pod), to show what one pod costs by the branch it takes.
+// The snapshot is shared by the iterations (its selector memo is warm after
+// the first).
+func BenchmarkClassifyPod(b *testing.B) {
+	outcomes := []Outcome{Running, NotReady, PrepareFailed, CapacityExhausted, SelectorMatchesNothing, Unallocated}
+	for _, size := range sizes {
+		b.Run(size.name, func(b *testing.B) {
+			f := load(b, size.claims)
+			s := f.index(b).Snapshot()
+			for _, o := range outcomes {
+				p := s.Pod(podOf(f, o))
+				if p == nil {
+					b.Fatalf("no pod with outcome %s", o)
+				}
+				b.Run(o.String(), func(b *testing.B) {
+					var v classify.Verdict
+					for b.Loop() {
+						v = classify.Pod(s, p)
+					}
+					if o != Running && !v.Blocked {
+						b.Fatalf("pod %s (%s) is not blocked", p.Key, o)
+					}
+				})
+			}
+		})
+	}
+}
+
+// podOf returns the key of the pod of the last claim with the outcome.
+func podOf(f *fixture, o Outcome) index.Key {
+	for i := f.claims - 1; i >= 0; i-- {
+		if OutcomeOf(i, f.claims) == o {
+			return f.podKeys[i]
+		}
+	}
+	return index.Key{}
+}
+
+type scrapeResult struct {
+	series           int
+	bytes            int
+	collectorSeconds map[string]float64
+	// families counts the series of each family.
+	families map[string]int
+}
+
+// scrape gathers the registry and encodes the text exposition. It fails
+// when a collector reports failure, so that a benchmark never measures a
+// scrape that lost a collector.
+func scrape(reg prometheus.Gatherer) (scrapeResult, error) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return scrapeResult{}, fmt.Errorf("gather: %w", err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	res := scrapeResult{collectorSeconds: map[string]float64{}, families: map[string]int{}}
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return scrapeResult{}, fmt.Errorf("encode %s: %w", mf.GetName(), err)
+		}
+		for _, m := range mf.Metric {
+			series := 1
+			if h := m.GetHistogram(); h != nil {
+				series = len(h.GetBucket()) + 3 // +Inf, _sum, _count
+			}
+			res.series += series
+			res.families[mf.GetName()] += series
+			var name string
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "collector" {
+					name = l.GetValue()
+				}
+			}
+			switch mf.GetName() {
+			case "dra_exporter_scrape_collector_duration_seconds":
+				res.collectorSeconds[name] += m.GetGauge().GetValue()
+			case "dra_exporter_scrape_collector_success":
+				if m.GetGauge().GetValue() != 1 {
+					return scrapeResult{}, fmt.Errorf("collector %s failed", name)
+				}
+			}
+		}
+	}
+	res.bytes = buf.Len()
+	return res, nil
+}
