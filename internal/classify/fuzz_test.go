@@ -62,7 +62,7 @@ var fuzzClasses = []struct{ name, expr string }{
 	{migClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"},
 	{"h100", "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA H100')"},
 	{"profiled", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'"}, // runtime error on full GPUs
-	{"broken", "device.driver =="},                                          // compile error
+	{"broken", "device.driver =="}, // compile error
 	{"big", "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0"},
 }
 
