@@ -43,8 +43,14 @@ func serve(args []string, stderr io.Writer) int {
 	level := promslog.NewLevel()
 	format := promslog.NewFormat()
 	_ = format.Set("logfmt")
-	fs.Var(level, "log.level", "Log level: debug, info, warn, error.")
-	fs.Var(format, "log.format", "Log format: logfmt or json.")
+	fs.Var(levelFlag{level}, "log.level", "Log level: debug, info, warn, error.")
+	fs.Var(formatFlag{format}, "log.format", "Log format: logfmt or json.")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: dra-exporter [serve] [FLAGS]")
+		fmt.Fprintln(stderr, "\nWatches DeviceClasses, ResourceSlices, ResourceClaims, Pods, Nodes and Warning pod events (list and")
+		fmt.Fprintln(stderr, "watch only) and serves the joined DRA metrics.")
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -151,3 +157,27 @@ func serve(args []string, stderr io.Writer) int {
 	}
 	return 0
 }
+
+// levelFlag and formatFlag adapt promslog's values to the flag package,
+// which calls String on a zero value when printing defaults.
+type levelFlag struct{ l *promslog.Level }
+
+func (f levelFlag) String() string {
+	if f.l == nil {
+		return "info"
+	}
+	return f.l.String()
+}
+
+func (f levelFlag) Set(s string) error { return f.l.Set(s) }
+
+type formatFlag struct{ f *promslog.Format }
+
+func (f formatFlag) String() string {
+	if f.f == nil {
+		return "logfmt"
+	}
+	return f.f.String()
+}
+
+func (f formatFlag) Set(s string) error { return f.f.Set(s) }
