@@ -49,7 +49,7 @@ var upstreamMetrics = map[string]string{
 	"dra_resource_claims_in_use":           "kubelet gauge {driver_name}",
 
 	// kube-controller-manager.
-	"workqueue_depth": "client-go work queues {name}; the resourceclaim controller's is name=resource_claim",
+	"workqueue_depth":                                         "client-go work queues {name}; the resourceclaim controller's is name=resource_claim",
 	"resourceclaim_controller_creates_total":                  "Kubernetes 1.34-1.36 counter {status, admin_access}",
 	"resourceclaim_controller_resource_claims":                "Kubernetes 1.34-1.36 gauge {allocated, admin_access, source}",
 	"dynamic_resource_allocation_resourceclaim_creates_total": "Kubernetes 1.37 counter {status, admin_access, owner_api_group, owner_api_kind}",
