@@ -56,16 +56,23 @@ func ParseAttributeLabels(spec string) ([]AttributeLabel, error) {
 
 var reservedDeviceLabels = map[string]bool{"driver": true, "pool": true, "node": true, "device": true, "gpu_uuid": true}
 
+// snakeCase turns an attribute name into a label name, keeping acronyms
+// whole: productName -> product_name, parentUUID -> parent_uuid,
+// pciBusID -> pci_bus_id.
 func snakeCase(s string) string {
+	rs := []rune(s)
 	var b strings.Builder
-	for i, r := range s {
+	isUpper := func(r rune) bool { return r >= 'A' && r <= 'Z' }
+	isLowerOrDigit := func(r rune) bool { return (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') }
+	for i, r := range rs {
 		switch {
-		case r >= 'A' && r <= 'Z':
-			if i > 0 {
+		case isUpper(r):
+			nextLower := i+1 < len(rs) && rs[i+1] >= 'a' && rs[i+1] <= 'z'
+			if i > 0 && (isLowerOrDigit(rs[i-1]) || (isUpper(rs[i-1]) && nextLower)) {
 				b.WriteByte('_')
 			}
 			b.WriteRune(r - 'A' + 'a')
-		case (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || r == '_':
+		case isLowerOrDigit(r) || r == '_':
 			b.WriteRune(r)
 		default:
 			b.WriteByte('_')
@@ -95,8 +102,8 @@ func NewDeviceCollector(attrs []AttributeLabel) Collector {
 	}
 }
 
-func (c *deviceCollector) Name() string  { return "device" }
-func (c *deviceCollector) Defs() []*Def  { return []*Def{c.info, c.memory} }
+func (c *deviceCollector) Name() string { return "device" }
+func (c *deviceCollector) Defs() []*Def { return []*Def{c.info, c.memory} }
 
 func (c *deviceCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
 	lvs := make([]string, 0, 5+len(c.attrs))

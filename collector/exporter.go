@@ -48,6 +48,9 @@ func NewExporter(src Source, now func() time.Time, timing bool, logger *slog.Log
 	if now == nil {
 		now = time.Now
 	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	return &Exporter{src: src, now: now, collectors: collectors, timing: timing, logger: logger}
 }
 

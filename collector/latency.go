@@ -39,7 +39,9 @@ func NewLatency() *Latency {
 }
 
 // Defs lists the latency families.
-func (l *Latency) Defs() []*Def { return []*Def{allocationDuration, releaseDuration, podStartupDuration} }
+func (l *Latency) Defs() []*Def {
+	return []*Def{allocationDuration, releaseDuration, podStartupDuration}
+}
 
 // ObserveAllocation implements index.Observer.
 func (l *Latency) ObserveAllocation(class string, d time.Duration) {

@@ -43,7 +43,9 @@ func NewSelf() *Self {
 }
 
 // Defs lists the self families.
-func (s *Self) Defs() []*Def { return []*Def{informerSynced, eventsTotal, watchErrors, objectsRejected} }
+func (s *Self) Defs() []*Def {
+	return []*Def{informerSynced, eventsTotal, watchErrors, objectsRejected}
+}
 
 // Event counts one processed watch event.
 func (s *Self) Event(resource, typ string) { s.events.WithLabelValues(resource, typ).Inc() }

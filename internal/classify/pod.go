@@ -49,8 +49,13 @@ type Verdict struct {
 	Note string
 }
 
-// Pod walks the decision tree for one pod.
-func Pod(s *index.Snapshot, p *index.Pod) Verdict {
+// Pod walks the decision tree for one pod, with the evidence of every link
+// (what explain prints).
+func Pod(s *index.Snapshot, p *index.Pod) Verdict { return classifyPod(s, p, true) }
+
+// classifyPod walks the tree; without explain it records only the verdict,
+// which is what a scrape needs, and skips building evidence.
+func classifyPod(s *index.Snapshot, p *index.Pod, explain bool) Verdict {
 	v := Verdict{Pod: p, Lane: s.PodLane(p)}
 	v.DRA = v.Lane == index.LaneDRA || v.Lane == index.LaneDRAExtended
 	switch {
@@ -67,7 +72,7 @@ func Pod(s *index.Snapshot, p *index.Pod) Verdict {
 		v.Note = "the pod is being deleted"
 		return v
 	}
-	w := walker{s: s, p: p, v: &v}
+	w := walker{s: s, p: p, v: &v, explain: explain}
 	w.walk()
 	return v
 }
@@ -79,7 +84,7 @@ func Blocked(s *index.Snapshot) []Verdict {
 		if p.Ready() || p.Terminal() || p.Obj.DeletionTimestamp != nil {
 			continue
 		}
-		if v := Pod(s, p); v.Blocked {
+		if v := classifyPod(s, p, false); v.Blocked {
 			out = append(out, v)
 		}
 	}
@@ -87,18 +92,20 @@ func Blocked(s *index.Snapshot) []Verdict {
 }
 
 type walker struct {
-	s *index.Snapshot
-	p *index.Pod
-	v *Verdict
+	s       *index.Snapshot
+	p       *index.Pod
+	v       *Verdict
+	explain bool
 	// first failure so far
 	failed *Link
 	fClaim *index.Claim
 	fName  string
 }
 
-func (w *walker) add(l Link) *Link {
-	w.v.Links = append(w.v.Links, l)
-	return &w.v.Links[len(w.v.Links)-1]
+func (w *walker) add(l Link) {
+	if w.explain {
+		w.v.Links = append(w.v.Links, l)
+	}
 }
 
 func (w *walker) fail(l Link, claim *index.Claim, claimName string) {

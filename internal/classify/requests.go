@@ -91,16 +91,17 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 
 	devices := w.s.ClassDevices(class.Name)
 	if len(devices) == 0 {
-		return failed(link("devices published for class"), NoDevicesForClass, classEvidence(w.s, class)...)
+		return failed(link("devices published for class"), NoDevicesForClass, w.classEvidence(class)...)
 	}
 	pub := link("devices published for class")
-	pub.State, pub.Evidence = Pass, []string{fmt.Sprintf("%d devices of class %s on %s", len(devices), class.Name, nodesOf(devices))}
+	pub.State = Pass
+	if w.explain {
+		pub.Evidence = []string{fmt.Sprintf("%d devices of class %s on %s", len(devices), class.Name, nodesOf(devices))}
+	}
 	ch.links = append(ch.links, pub)
 
-	selected := devices
+	selected, free, errs := w.s.Select(class.Name, cand.selectors)
 	if len(cand.selectors) > 0 {
-		var errs []string
-		selected, errs = w.s.Select(class.Name, cand.selectors)
 		if len(selected) == 0 {
 			ev := []string{fmt.Sprintf("the request's selectors keep 0 of the %d devices of class %s", len(devices), class.Name)}
 			ev = append(ev, expressions(cand.selectors)...)
@@ -115,12 +116,6 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	if cand.admin {
 		return ch // admin access may use devices that are allocated
 	}
-	free := 0
-	for _, d := range selected {
-		if w.s.Available(d) {
-			free++
-		}
-	}
 	need := int(max(cand.count, 1))
 	if cand.mode == resourceapi.DeviceAllocationModeAll {
 		need = len(selected)
@@ -128,7 +123,9 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	capLink := link("free matching devices")
 	if free < need {
 		ev := []string{fmt.Sprintf("%d of %d matching devices are free, the request needs %d", free, len(selected), need)}
-		ev = append(ev, holders(w.s, selected)...)
+		if w.explain {
+			ev = append(ev, holders(w.s, selected)...)
+		}
 		return failed(capLink, CapacityExhausted, ev...)
 	}
 	capLink.State, capLink.Evidence = Pass, []string{fmt.Sprintf("%d of %d matching devices are free, the request needs %d", free, len(selected), need)}
@@ -136,19 +133,23 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	return ch
 }
 
-func classEvidence(s *index.Snapshot, class *index.Class) []string {
+func (w *walker) classEvidence(class *index.Class) []string {
+	if !w.explain {
+		return nil
+	}
+	s := w.s
 	ev := []string{fmt.Sprintf("DeviceClass %s selects no device of any current ResourceSlice", class.Name)}
 	ev = append(ev, expressions(class.Selectors)...)
 	if class.CompileError != "" {
 		ev = append(ev, "class selector does not compile: "+class.CompileError)
 	}
 	errors := 0
-	var sample string
+	var sampleKey, sample string
 	for _, d := range s.Devices {
 		if msg, ok := d.ClassErrors[class.Name]; ok {
 			errors++
-			if sample == "" {
-				sample = d.Key.String() + ": " + msg
+			if k := d.Key.String(); sampleKey == "" || k < sampleKey {
+				sampleKey, sample = k, k+": "+msg
 			}
 		}
 	}
@@ -174,13 +175,15 @@ func expressions(selectors []resourceapi.DeviceSelector) []string {
 }
 
 func nodesOf(devices []*index.Device) string {
+	seen := map[string]bool{}
 	var nodes []string
 	for _, d := range devices {
 		n := d.Node
 		if n == "" {
 			n = "(no node)"
 		}
-		if !slices.Contains(nodes, n) {
+		if !seen[n] {
+			seen[n] = true
 			nodes = append(nodes, n)
 		}
 	}
@@ -189,9 +192,11 @@ func nodesOf(devices []*index.Device) string {
 }
 
 func drivers(devices []*index.Device) string {
+	seen := map[string]bool{}
 	var out []string
 	for _, d := range devices {
-		if !slices.Contains(out, d.Key.Driver) {
+		if !seen[d.Key.Driver] {
+			seen[d.Key.Driver] = true
 			out = append(out, d.Key.Driver)
 		}
 	}
@@ -206,16 +211,18 @@ func summarize(items []string, noun string) string {
 	return fmt.Sprintf("%s and %d more %s", strings.Join(items[:4], ", "), len(items)-4, noun)
 }
 
-// holders names the claims that hold the matching devices (a few).
+// holders names the claims that hold the matching devices (the first
+// three by device name).
 func holders(s *index.Snapshot, devices []*index.Device) []string {
 	var out []string
 	for _, d := range devices {
 		for _, c := range s.AllocatedTo(d.Key) {
-			if len(out) == 3 {
-				return append(out, "...")
-			}
 			out = append(out, fmt.Sprintf("%s held by claim %s", d.Key, c.Key))
 		}
+	}
+	slices.Sort(out)
+	if len(out) > 3 {
+		out = append(out[:3], "...")
 	}
 	return out
 }
@@ -247,16 +254,12 @@ func (w *walker) walkExtendedRequests() {
 		}
 		step := fmt.Sprintf("extended resource %s served by class %s", name, class.Name)
 		if len(devices) == 0 && pluginTotal == 0 {
-			w.fail(Link{Step: step, Reason: NoDevicesForClass, Evidence: classEvidence(w.s, class)}, nil, "")
+			w.fail(Link{Step: step, Reason: NoDevicesForClass, Evidence: w.classEvidence(class)}, nil, "")
 			failedAny = true
 			continue
 		}
-		free := pluginFree
-		for _, d := range devices {
-			if w.s.Available(d) {
-				free++
-			}
-		}
+		_, draFree, _ := w.s.Select(class.Name, nil)
+		free := pluginFree + int64(draFree)
 		ev := fmt.Sprintf("%d DRA devices of class %s, %d device-plugin %s on nodes; %d free, the pod requests %d", len(devices), class.Name, pluginTotal, name, free, want)
 		if free < want {
 			w.fail(Link{Step: step, Reason: CapacityExhausted, Evidence: []string{ev}}, nil, "")

@@ -180,13 +180,19 @@ func (ix *Index) upsertClaim(c *Claim, now time.Time, live bool) {
 	if c.OwnerPod != nil {
 		addLink(ix.claimsByOwner, c.OwnerPod.UID, c.Key)
 	}
-	switch {
-	case !c.Allocated() || len(c.Obj.Status.ReservedFor) > 0:
+	if !c.Allocated() || len(c.Obj.Status.ReservedFor) > 0 {
 		delete(ix.unreservedSince, c.UID)
-	case live:
-		if _, ok := ix.unreservedSince[c.UID]; !ok {
-			ix.unreservedSince[c.UID] = now
+	} else if _, ok := ix.unreservedSince[c.UID]; !ok {
+		// Since when it reserves nobody: now when this update is the
+		// transition, else (first sight) the allocation time.
+		since := c.AllocatedAt
+		if since.IsZero() {
+			since = c.Obj.CreationTimestamp.Time
 		}
+		if live && old != nil && (!old.Allocated() || len(old.Obj.Status.ReservedFor) > 0) {
+			since = now
+		}
+		ix.unreservedSince[c.UID] = since
 	}
 	ix.latency.claimChanged(ix, old, c, now, live)
 }

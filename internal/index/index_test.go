@@ -555,9 +555,10 @@ func TestClaimRecreatedWithNewUID(t *testing.T) {
 	if c.ReservedFor(p.UID) {
 		t.Errorf("the new claim reports the old claim's reservation")
 	}
-	// The new claim became allocated-and-unreserved live, now.
-	if got := s.UnreservedSince(c); !got.Equal(t0) {
-		t.Errorf("UnreservedSince = %v, want %v (when the recreated claim was seen)", got, t0)
+	// The recreated claim never reserved anybody: it has been idle since
+	// its own allocation, not since the exporter noticed it.
+	if got := s.UnreservedSince(c); !got.Equal(t0.Add(-time.Minute)) {
+		t.Errorf("UnreservedSince = %v, want its allocation time %v", got, t0.Add(-time.Minute))
 	}
 }
 
@@ -934,14 +935,14 @@ func TestSelectMemoAndErrors(t *testing.T) {
 	all := deviceClass("all", "device.driver == 'gpu.nvidia.com'")
 	s := build(t, index.Config{}, all, slice("node-1", "node-1", 1, d, m)).Snapshot()
 	sel := cel("device.attributes['gpu.nvidia.com'].profile == '1g.5gb'")
-	got, errs := s.Select("all", sel)
-	if len(got) != 1 || got[0].Key.Device != "gpu-1-mig" {
-		t.Errorf("Select = %v, want the MIG device", got)
+	got, free, errs := s.Select("all", sel)
+	if len(got) != 1 || got[0].Key.Device != "gpu-1-mig" || free != 1 {
+		t.Errorf("Select = %v (%d free), want the free MIG device", got, free)
 	}
 	if len(errs) != 1 || !strings.Contains(errs[0], "gpu.nvidia.com/node-1/gpu-0") {
 		t.Errorf("Select errors = %v, want one naming the full GPU", errs)
 	}
-	again, _ := s.Select("all", sel)
+	again, _, _ := s.Select("all", sel)
 	if len(again) != 1 {
 		t.Errorf("memoised Select = %v", again)
 	}

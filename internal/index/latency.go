@@ -51,7 +51,7 @@ type latencyTracker struct {
 	// startups: pods seen before they were ready.
 	startups map[types.UID]*podStartup
 	// releases: claims with a pod end or an unreservation not yet paired.
-	releases map[types.UID]*claimRelease
+	releases  map[types.UID]*claimRelease
 	lastSweep time.Time
 }
 
@@ -98,7 +98,7 @@ func (t *latencyTracker) claimChanged(ix *Index, old, c *Claim, now time.Time, l
 		if start, seen := t.unallocatedSince[c.UID]; seen {
 			delete(t.unallocatedSince, c.UID)
 			d := boundedDuration(now.Sub(start), c.AllocatedAt.Sub(c.Obj.CreationTimestamp.Time), !c.AllocatedAt.IsZero())
-			for _, class := range c.Classes() {
+			for _, class := range c.AllocatedClasses() {
 				t.obs.ObserveAllocation(class, d)
 			}
 		}
@@ -106,7 +106,7 @@ func (t *latencyTracker) claimChanged(ix *Index, old, c *Claim, now time.Time, l
 	if old != nil {
 		t.releaseOnClaimChange(old, c, now)
 	}
-	t.claimStartupStages(ix, old, c, now)
+	t.claimStartupStages(ix, c, now, live)
 }
 
 // startTime is when an object was created: the moment its creation reached
@@ -292,17 +292,20 @@ func (t *latencyTracker) podChanged(ix *Index, old, p *Pod, now time.Time, live 
 		}
 		t.startups[p.UID] = st
 	}
-	t.observeStages(ix, p, st, now)
+	t.observeStages(ix, p, st, now, live)
 }
 
-func (t *latencyTracker) claimStartupStages(ix *Index, old, c *Claim, now time.Time) {
+// claimStartupStages re-evaluates the pods a claim may belong to. A claim
+// from an informer's initial list completes stages that were reached
+// before we saw them: they are marked, not observed.
+func (t *latencyTracker) claimStartupStages(ix *Index, c *Claim, now time.Time, live bool) {
 	if len(t.startups) == 0 || c == nil {
 		return
 	}
 	if c.OwnerPod != nil {
 		if st := t.startups[c.OwnerPod.UID]; st != nil {
 			if p := ix.pods[st.key]; p != nil {
-				t.observeStages(ix, p, st, now)
+				t.observeStages(ix, p, st, now, live)
 			}
 		}
 		return
@@ -312,12 +315,12 @@ func (t *latencyTracker) claimStartupStages(ix *Index, old, c *Claim, now time.T
 			continue
 		}
 		if p := ix.pods[st.key]; p != nil {
-			t.observeStages(ix, p, st, now)
+			t.observeStages(ix, p, st, now, live)
 		}
 	}
 }
 
-func (t *latencyTracker) observeStages(ix *Index, p *Pod, st *podStartup, now time.Time) {
+func (t *latencyTracker) observeStages(ix *Index, p *Pod, st *podStartup, now time.Time, live bool) {
 	lane := ix.podLane(p)
 	if lane == "" {
 		return
@@ -327,7 +330,9 @@ func (t *latencyTracker) observeStages(ix *Index, p *Pod, st *podStartup, now ti
 			continue
 		}
 		st.done[stage] = true
-		t.obs.ObservePodStartup(lane, stage, max(now.Sub(st.start), 0))
+		if live {
+			t.obs.ObservePodStartup(lane, stage, max(now.Sub(st.start), 0))
+		}
 	}
 	if st.done[StageReady] {
 		delete(t.startups, p.UID)

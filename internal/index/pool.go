@@ -145,10 +145,13 @@ func (ix *Index) newDevice(pk PoolKey, s *resourceapi.ResourceSlice, d *resource
 func (ix *Index) matchClass(dev *Device, c *Class) {
 	ok, err := ix.matcher.Match(c.Selectors, celmatch.Device{Driver: dev.Key.Driver, Attributes: dev.Attributes, Capacity: dev.Capacity})
 	if err != nil {
-		if dev.ClassErrors == nil {
-			dev.ClassErrors = map[string]string{}
+		// The map may be shared with a device a snapshot holds: copy it.
+		errs := maps.Clone(dev.ClassErrors)
+		if errs == nil {
+			errs = map[string]string{}
 		}
-		dev.ClassErrors[c.Name] = err.Error()
+		errs[c.Name] = err.Error()
+		dev.ClassErrors = errs
 		return
 	}
 	if ok {

@@ -241,7 +241,9 @@ func (s *Snapshot) PodLane(p *Pod) string {
 
 // IsDevicePluginResource reports whether the resource name belongs to the
 // device-plugin lane.
-func (s *Snapshot) IsDevicePluginResource(name string) bool { return slices.Contains(s.devicePlugin, name) }
+func (s *Snapshot) IsDevicePluginResource(name string) bool {
+	return slices.Contains(s.devicePlugin, name)
+}
 
 // DevicePluginResources returns the device-plugin lane's resource names.
 func (s *Snapshot) DevicePluginResources() []string { return s.devicePlugin }
@@ -291,13 +293,15 @@ func (s *Snapshot) UnreservedSince(c *Claim) time.Time {
 // the devices of one class.
 type selection struct {
 	devices []*Device
+	free    int
 	errs    []string
 }
 
 // Select returns the class devices that also satisfy the request selectors,
-// with the evaluation errors met (at most a few). Results are memoised per
-// snapshot: pods from one template share their selectors.
-func (s *Snapshot) Select(class string, selectors []resourceapi.DeviceSelector) ([]*Device, []string) {
+// how many of them are available (see Available), and the evaluation errors
+// met (at most a few). Results are memoised per snapshot: pods from one
+// template share their selectors, and a scrape classifies them all.
+func (s *Snapshot) Select(class string, selectors []resourceapi.DeviceSelector) (devices []*Device, free int, errs []string) {
 	var b strings.Builder
 	b.WriteString(class)
 	for _, sel := range selectors {
@@ -311,24 +315,32 @@ func (s *Snapshot) Select(class string, selectors []resourceapi.DeviceSelector) 
 	res, ok := s.selectorMemo[key]
 	s.memoMu.Unlock()
 	if ok {
-		return res.devices, res.errs
+		return res.devices, res.free, res.errs
 	}
 	for _, d := range s.classDevices[class] {
-		match, err := s.matcher.Match(selectors, celmatch.Device{Driver: d.Key.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
-		if err != nil {
-			if len(res.errs) < 3 {
+		if len(selectors) > 0 {
+			match, err := s.matcher.Match(selectors, celmatch.Device{Driver: d.Key.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
+			if err != nil {
 				res.errs = append(res.errs, d.Key.String()+": "+err.Error())
+				continue
 			}
-			continue
+			if !match {
+				continue
+			}
 		}
-		if match {
-			res.devices = append(res.devices, d)
+		res.devices = append(res.devices, d)
+		if s.Available(d) {
+			res.free++
 		}
+	}
+	if len(res.errs) > 3 {
+		slices.Sort(res.errs) // a stable sample whatever the map order
+		res.errs = res.errs[:3]
 	}
 	s.memoMu.Lock()
 	s.selectorMemo[key] = res
 	s.memoMu.Unlock()
-	return res.devices, res.errs
+	return res.devices, res.free, res.errs
 }
 
 // CompileSelectors reports whether request selectors compile.

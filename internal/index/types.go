@@ -66,9 +66,14 @@ func (d *Device) Attribute(name string) (string, bool) {
 }
 
 func attributeString(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, driver, name string) (string, bool) {
+	// A bare name is in the driver's domain; so is a name qualified with
+	// the driver's own domain, which drivers may publish either way.
 	a, ok := attrs[resourceapi.QualifiedName(name)]
 	if !ok && !strings.Contains(name, "/") {
 		a, ok = attrs[resourceapi.QualifiedName(driver+"/"+name)]
+	}
+	if bare, found := strings.CutPrefix(name, driver+"/"); !ok && found {
+		a, ok = attrs[resourceapi.QualifiedName(bare)]
 	}
 	if !ok {
 		return "", false
@@ -168,6 +173,23 @@ func (c *Claim) Classes() []string {
 	return out
 }
 
+// AllocatedClasses returns the distinct classes of the allocated devices
+// (for firstAvailable requests, the subrequest that was chosen), sorted;
+// the request classes when nothing is allocated.
+func (c *Claim) AllocatedClasses() []string {
+	if len(c.Results) == 0 {
+		return c.Classes()
+	}
+	out := make([]string, 0, 1)
+	for _, r := range c.Results {
+		if r.Class != "" && !slices.Contains(out, r.Class) {
+			out = append(out, r.Class)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Pod is a pod that uses DRA or requests an extended resource.
 type Pod struct {
 	Obj *corev1.Pod
@@ -229,4 +251,3 @@ type Event struct {
 	Count     int32
 	Timestamp time.Time
 }
-

@@ -104,15 +104,22 @@ func Load(name string, r io.Reader) ([]runtime.Object, []Problem, error) {
 			continue
 		}
 		var head struct {
-			Kind  string            `json:"kind"`
-			Items []json.RawMessage `json:"items"`
+			APIVersion string            `json:"apiVersion"`
+			Kind       string            `json:"kind"`
+			Items      []json.RawMessage `json:"items"`
 		}
 		if err := json.Unmarshal(data, &head); err != nil {
 			problems = append(problems, Problem{File: name, Doc: doc, Err: fmt.Errorf("malformed object: %w", err)})
 			continue
 		}
 		if head.Kind == "List" || (strings.HasSuffix(head.Kind, "List") && head.Items != nil) {
+			// A typed list (PodList) straight from the API omits each
+			// item's apiVersion and kind: they follow from the list.
+			itemKind := strings.TrimSuffix(head.Kind, "List")
 			for i, item := range head.Items {
+				if itemKind != "" && head.Kind != "List" {
+					item = withTypeMeta(item, head.APIVersion, itemKind)
+				}
 				obj, p := decode(item)
 				if p != nil {
 					p.File, p.Doc, p.Item = name, doc, i+1
@@ -187,4 +194,26 @@ func setAPIVersion(data []byte, apiVersion string) ([]byte, error) {
 	}
 	m["apiVersion"] = apiVersion
 	return json.Marshal(m)
+}
+
+// withTypeMeta fills in apiVersion and kind when an item lacks them.
+func withTypeMeta(item json.RawMessage, apiVersion, kind string) json.RawMessage {
+	var m map[string]any
+	if err := json.Unmarshal(item, &m); err != nil {
+		return item // decode reports it
+	}
+	if m["apiVersion"] != nil && m["kind"] != nil {
+		return item
+	}
+	if m["apiVersion"] == nil {
+		m["apiVersion"] = apiVersion
+	}
+	if m["kind"] == nil {
+		m["kind"] = kind
+	}
+	out, err := json.Marshal(m)
+	if err != nil {
+		return item
+	}
+	return out
 }

@@ -124,7 +124,6 @@ func relevantPod(p *corev1.Pod) bool {
 	return false
 }
 
-
 func trimContainers(in []corev1.Container) []corev1.Container {
 	if len(in) == 0 {
 		return nil
