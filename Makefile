@@ -77,9 +77,15 @@ test-unit: ## Run the tests that need no control plane (e2e tests skip when DRA_
 	DRA_E2E_SKIP=1 $(GO) test -count=1 ./...
 
 .PHONY: rules-test
-rules-test: tools ## Check and unit-test the rule bundle with promtool.
+rules-test: tools ## Check and unit-test the rule bundle: promtool, its conventions (go test ./rules/), pint if built.
 	$(PROMTOOL) check rules rules/*.yaml
 	$(PROMTOOL) test rules rules/tests/*.yaml
+	$(GO) test -count=1 ./rules/
+	@# pint is optional (cold build ~5 min); build it once with
+	@# cd tools/pint && go build -o ../../.cache/tools/pint-v0.86.0/pint github.com/cloudflare/pint/cmd/pint
+	@if [ -x $(CACHE)/tools/pint-v0.86.0/pint ]; then \
+		$(CACHE)/tools/pint-v0.86.0/pint --no-color --offline --config rules/.pint.hcl lint rules/; \
+	else echo ">> pint not built, skipping it (see tools/pint/go.mod)"; fi
 
 .PHONY: bench
 bench: ## Benchmark index build and scrape at 1k, 10k and 100k claims.
