@@ -63,18 +63,12 @@ func (g *guard) record(b *testing.B, claims int) {
 // unreservedGrace is the serve command's default --claim.unreserved-grace-period.
 const unreservedGrace = 5 * time.Minute
 
-// clusterCollectors mirrors the list cmd/dra-exporter/config.go wires with
-// the default flags; keep the two in step.
+// clusterCollectors is the serve command's list with its default flags.
 func clusterCollectors() []collector.Collector {
-	return []collector.Collector{
-		collector.NewDeviceCollector(collector.DefaultAttributeLabels),
-		collector.NewDeviceClassCollector(),
-		collector.NewClaimCollector(),
-		collector.NewBlockedCollector(),
-		collector.NewLeakCollector(unreservedGrace),
-		collector.NewLaneCollector(),
-		collector.NewPodCollector(nil),
-	}
+	return collector.ClusterCollectors(collector.Config{
+		AttributeLabels: collector.DefaultAttributeLabels,
+		UnreservedGrace: unreservedGrace,
+	})
 }
 
 // fixture is one generated cluster: its objects trimmed as the informers

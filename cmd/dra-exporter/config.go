@@ -49,8 +49,7 @@ func (c *config) indexConfig(now func() time.Time, obs index.Observer) index.Con
 	return index.Config{Now: now, Observer: obs, DevicePluginResources: splitList(c.devicePluginResources)}
 }
 
-// collectors is the explicit list of cluster collectors, in the order
-// their families appear in the metrics reference.
+// collectors builds the cluster collectors from the flags.
 func (c *config) collectors() ([]collector.Collector, error) {
 	attrs, err := collector.ParseAttributeLabels(c.attributeLabels)
 	if err != nil {
@@ -59,15 +58,11 @@ func (c *config) collectors() ([]collector.Collector, error) {
 	if c.unreservedGrace < 0 {
 		return nil, fmt.Errorf("--claim.unreserved-grace-period must not be negative")
 	}
-	return []collector.Collector{
-		collector.NewDeviceCollector(attrs),
-		collector.NewDeviceClassCollector(),
-		collector.NewClaimCollector(),
-		collector.NewBlockedCollector(),
-		collector.NewLeakCollector(c.unreservedGrace),
-		collector.NewLaneCollector(),
-		collector.NewPodCollector(splitList(c.podLabels)),
-	}, nil
+	return collector.ClusterCollectors(collector.Config{
+		AttributeLabels: attrs,
+		PodLabels:       splitList(c.podLabels),
+		UnreservedGrace: c.unreservedGrace,
+	}), nil
 }
 
 // stringList is a repeatable flag.

@@ -1,0 +1,28 @@
+package collector
+
+import "time"
+
+// Config shapes the cluster collectors.
+type Config struct {
+	// AttributeLabels are the device attributes exported on dra_device_info.
+	AttributeLabels []AttributeLabel
+	// PodLabels is the allowlist of pod label keys for dra_pod_labels.
+	PodLabels []string
+	// UnreservedGrace is how long an allocated claim may reserve nobody
+	// before it counts as leaked.
+	UnreservedGrace time.Duration
+}
+
+// ClusterCollectors returns the cluster exporter's collectors, in the order
+// their families appear in the metrics reference.
+func ClusterCollectors(cfg Config) []Collector {
+	return []Collector{
+		NewDeviceCollector(cfg.AttributeLabels),
+		NewDeviceClassCollector(),
+		NewClaimCollector(),
+		NewBlockedCollector(),
+		NewLeakCollector(cfg.UnreservedGrace),
+		NewLaneCollector(),
+		NewPodCollector(cfg.PodLabels),
+	}
+}
