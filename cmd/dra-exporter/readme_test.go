@@ -1,0 +1,32 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestREADMEDocumentsEveryFlag fails when a command gains a flag that the
+// README does not mention.
+func TestREADMEDocumentsEveryFlag(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flagLine := regexp.MustCompile(`(?m)^  -([a-z0-9.-]+)`)
+	for _, cmd := range []string{"serve", "snapshot", "explain"} {
+		var out, errOut bytes.Buffer
+		run([]string{cmd, "-h"}, &out, &errOut)
+		flags := flagLine.FindAllStringSubmatch(errOut.String(), -1)
+		if len(flags) == 0 {
+			t.Fatalf("%s -h printed no flags:\n%s", cmd, errOut.String())
+		}
+		for _, f := range flags {
+			if !strings.Contains(string(readme), "--"+f[1]) {
+				t.Errorf("README.md does not document %s --%s", cmd, f[1])
+			}
+		}
+	}
+}
