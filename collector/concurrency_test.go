@@ -28,7 +28,7 @@ func TestScrapeWhileIndexChanges(t *testing.T) {
 		collector.NewClaimCollector(), collector.NewBlockedCollector(), collector.NewLeakCollector(time.Minute),
 		collector.NewLaneCollector(), collector.NewPodCollector(nil))
 
-	const rounds = 150
+	const rounds = 300
 	var wg sync.WaitGroup
 	errs := make(chan error, 2*rounds)
 	wg.Add(2)
