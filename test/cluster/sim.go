@@ -358,3 +358,30 @@ func setCondition(p *corev1.Pod, t corev1.PodConditionType, s corev1.ConditionSt
 func ForceDelete(ctx context.Context, c kubernetes.Interface, ns, name string) error {
 	return c.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 }
+
+// CreateDeviceClass creates a DeviceClass selecting the devices of a driver.
+func CreateDeviceClass(ctx context.Context, c kubernetes.Interface, name, driver string) error {
+	dc := &resourceapi.DeviceClass{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{
+			{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)}},
+		}},
+	}
+	if _, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create deviceclass %s: %w", name, err)
+	}
+	return nil
+}
+
+// RemoveNode deletes a simulated node and the ResourceSlice published for it.
+func RemoveNode(ctx context.Context, c kubernetes.Interface, name string) error {
+	err := c.ResourceV1().ResourceSlices().Delete(ctx, name+"-"+Driver, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	err = c.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
