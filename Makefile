@@ -69,8 +69,9 @@ $(TOOLS_BIN)/.built: tools/go.mod tools/go.sum
 .PHONY: test
 test: build controlplane tools ## Run every test: unit, golden, rules (promtool), e2e on a real control plane and Prometheus.
 	$(GO) vet ./...
+	$(PROMTOOL) check rules rules/*.yaml
+	$(PROMTOOL) test rules rules/tests/*.yaml
 	$(GO) test -count=1 -timeout 40m ./...
-	$(MAKE) --no-print-directory rules-test
 
 .PHONY: test-unit
 test-unit: ## Run the tests that need no control plane (e2e tests skip when DRA_E2E_SKIP=1).
