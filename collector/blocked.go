@@ -8,8 +8,8 @@ import (
 )
 
 var podBlocked = newDef("dra_pod_blocked", typeGauge,
-	"A DRA pod that is not Ready, with the first failing link of the decision tree (reason) and the layer that owns it: controller, scheduler, node or application. One series per pod; device is the first device of the failing claim. 1 while blocked.",
-	"namespace", "pod", "pod_uid", "claim", "node", "device", "layer", "reason")
+	"A DRA pod that is not Ready, with the first failing link of the decision tree (reason) and the layer that owns it: controller, scheduler, node or application. One series per pod; device_class is the class of the failing request (of the allocated device for node and application reasons), device the first device of the failing claim. 1 while blocked.",
+	"namespace", "pod", "pod_uid", "claim", "device_class", "node", "device", "layer", "reason")
 
 type blockedCollector struct{}
 
@@ -22,7 +22,7 @@ func (blockedCollector) Defs() []*Def { return []*Def{podBlocked} }
 func (blockedCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
 	for _, v := range classify.Blocked(s) {
 		p := v.Pod
-		e.gauge(podBlocked, 1, p.Key.Namespace, p.Key.Name, string(p.UID), v.Claim, v.Node, v.Device, string(v.Layer), string(v.Reason))
+		e.gauge(podBlocked, 1, p.Key.Namespace, p.Key.Name, string(p.UID), v.Claim, v.DeviceClass, v.Node, v.Device, string(v.Layer), string(v.Reason))
 	}
 	return nil
 }

@@ -149,8 +149,8 @@ func TestCollectors(t *testing.T) {
 		}},
 		{"blocked", collector.NewBlockedCollector(), []any{
 			fam("dra_pod_blocked",
-				`{claim="",device="",layer="controller",namespace="prod",node="",pod="llm-1",pod_uid="uid-llm-1",reason="claim_not_created"} 1`,
-				`{claim="ext-gpu",device="",layer="scheduler",namespace="prod",node="",pod="ext",pod_uid="uid-ext",reason="capacity_exhausted"} 1`),
+				`{claim="",device="",device_class="",layer="controller",namespace="prod",node="",pod="llm-1",pod_uid="uid-llm-1",reason="claim_not_created"} 1`,
+				`{claim="ext-gpu",device="",device_class="gpu.nvidia.com",layer="scheduler",namespace="prod",node="",pod="ext",pod_uid="uid-ext",reason="capacity_exhausted"} 1`),
 		}},
 		{"leak", collector.NewLeakCollector(5 * time.Minute), []any{
 			fam("dra_claim_reservation_leak",

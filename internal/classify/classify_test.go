@@ -516,7 +516,7 @@ func TestFormat(t *testing.T) {
 		"FAIL  free matching devices (request gpu)  [scheduler]  claim llm-0-gpu",
 		"reason: capacity_exhausted: " + classify.CapacityExhausted.Meaning(),
 		"0 of 2 matching devices are free, the request needs 1",
-		"Verdict: BLOCKED  layer=scheduler  reason=capacity_exhausted  claim=llm-0-gpu\n",
+		"Verdict: BLOCKED  layer=scheduler  reason=capacity_exhausted  claim=llm-0-gpu  device_class=gpu.nvidia.com\n",
 		"owner: the scheduler layer.",
 	} {
 		if !strings.Contains(out, want) {
@@ -534,7 +534,7 @@ func TestFormat(t *testing.T) {
 		{"waiting", podName, world(statusPod(), reservedFor(allocated(genClaim(), "node-1", t0, result("gpu", "node-1", "gpu-0")), statusPod())), "Verdict: WAITING"},
 		{"device plugin", "dp", world(node("dp-node", 8), bound(withLimit(pod("dp", "uid-dp"), gpuResource, 1), "dp-node")), "Verdict: NOT CLASSIFIED  the pod gets its GPUs from the device-plugin lane\n"},
 		{"node layer verdict names node and device", podName, world(bound(statusPod(), "node-1"), reservedFor(allocated(genClaim(), "node-1", t0, result("gpu", "node-1", "gpu-0")), statusPod())),
-			"Verdict: BLOCKED  layer=node  reason=node_prepare_pending  claim=llm-0-gpu  node=node-1  device=gpu-0\n"},
+			"Verdict: BLOCKED  layer=node  reason=node_prepare_pending  claim=llm-0-gpu  device_class=gpu.nvidia.com  node=node-1  device=gpu-0\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := snapshotOf(t, tc.objs...)

@@ -43,7 +43,7 @@ func Format(w io.Writer, v Verdict) error {
 	switch {
 	case v.Blocked:
 		fmt.Fprintf(b, "Verdict: BLOCKED  layer=%s  reason=%s", v.Layer, v.Reason)
-		for _, kv := range [][2]string{{"claim", v.Claim}, {"node", v.Node}, {"device", v.Device}} {
+		for _, kv := range [][2]string{{"claim", v.Claim}, {"device_class", v.DeviceClass}, {"node", v.Node}, {"device", v.Device}} {
 			if kv[1] != "" {
 				fmt.Fprintf(b, "  %s=%s", kv[0], kv[1])
 			}

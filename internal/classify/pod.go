@@ -26,6 +26,7 @@ type Link struct {
 	Step     string
 	Layer    Layer
 	Claim    string // the claim (or pod claim entry) the step is about
+	Class    string // the device class the step is about, when one
 	State    State
 	Reason   Reason // set when State is Fail
 	Evidence []string
@@ -42,9 +43,12 @@ type Verdict struct {
 	Reason  Reason
 	Layer   Layer
 	Claim   string
-	Node    string
-	Device  string
-	Links   []Link
+	// DeviceClass is the class of the failing request, or of the
+	// allocated device for node and application reasons.
+	DeviceClass string
+	Node        string
+	Device      string
+	Links       []Link
 	// Note says why a pod is not classified (not a DRA pod, finished...).
 	Note string
 }
@@ -153,6 +157,7 @@ func (w *walker) conclude() {
 	v.Reason = w.failed.Reason
 	v.Layer = w.failed.Reason.Layer()
 	v.Claim = w.fName
+	v.DeviceClass = w.failed.Class
 	v.Node = w.p.Obj.Spec.NodeName
 	c := w.fClaim
 	if c == nil && v.Layer != LayerController && v.Layer != LayerScheduler {
@@ -163,6 +168,9 @@ func (w *walker) conclude() {
 	}
 	if c != nil && len(c.Results) > 0 {
 		v.Device = c.Results[0].Device.Device
+		if v.DeviceClass == "" {
+			v.DeviceClass = c.Results[0].Class
+		}
 		if v.Node == "" {
 			v.Node = claimNode(w.s, c)
 		}
@@ -224,7 +232,7 @@ func (w *walker) walkClaim(pc index.PodClaim) {
 
 	if !c.Allocated() {
 		if w.walkRequests(c) {
-			l := Link{Step: "claim allocated", Claim: c.Key.Name, Reason: Unallocated}
+			l := Link{Step: "claim allocated", Claim: c.Key.Name, Class: firstRequestClass(c), Reason: Unallocated}
 			l.Evidence = append([]string{"every request has free matching devices, yet the claim is unallocated: look at node resources, affinity, taints and claim constraints"}, w.schedulingEvidence()...)
 			w.fail(l, c, c.Key.Name)
 		}
@@ -250,6 +258,17 @@ func (w *walker) walkClaim(pc index.PodClaim) {
 	reserved.State = Pass
 	reserved.Evidence = []string{fmt.Sprintf("status.reservedFor includes pod %s (uid %s)", w.p.Key.Name, w.p.UID)}
 	w.add(reserved)
+}
+
+// firstRequestClass is the class of the claim's first request (its first
+// subrequest for firstAvailable).
+func firstRequestClass(c *index.Claim) string {
+	for _, r := range c.Obj.Spec.Devices.Requests {
+		if cands := candidates(r); len(cands) > 0 {
+			return cands[0].class
+		}
+	}
+	return ""
 }
 
 func (w *walker) describeResult(c *index.Claim, r index.Result) string {

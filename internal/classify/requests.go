@@ -74,7 +74,7 @@ func (w *walker) walkRequests(c *index.Claim) bool {
 func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	var ch check
 	link := func(step string) Link {
-		return Link{Step: fmt.Sprintf("%s (request %s)", step, cand.name), Layer: LayerScheduler, Claim: c.Key.Name}
+		return Link{Step: fmt.Sprintf("%s (request %s)", step, cand.name), Layer: LayerScheduler, Claim: c.Key.Name, Class: cand.class}
 	}
 	failed := func(l Link, reason Reason, ev ...string) check {
 		l.State, l.Reason, l.Evidence = Fail, reason, ev
@@ -238,10 +238,14 @@ func (w *walker) walkExtendedRequests() {
 	}
 	slices.Sort(names)
 	failedAny := false
+	served := ""
 	for _, name := range names {
 		class := w.s.ClassForExtendedResource(name)
 		if class == nil {
 			continue
+		}
+		if served == "" {
+			served = class.Name
 		}
 		want := w.p.ExtendedRequests[name]
 		devices := w.s.ClassDevices(class.Name)
@@ -254,7 +258,7 @@ func (w *walker) walkExtendedRequests() {
 		}
 		step := fmt.Sprintf("extended resource %s served by class %s", name, class.Name)
 		if len(devices) == 0 && pluginTotal == 0 {
-			w.fail(Link{Step: step, Reason: NoDevicesForClass, Evidence: w.classEvidence(class)}, nil, "")
+			w.fail(Link{Step: step, Class: class.Name, Reason: NoDevicesForClass, Evidence: w.classEvidence(class)}, nil, "")
 			failedAny = true
 			continue
 		}
@@ -262,14 +266,14 @@ func (w *walker) walkExtendedRequests() {
 		free := pluginFree + int64(draFree)
 		ev := fmt.Sprintf("%d DRA devices of class %s, %d device-plugin %s on nodes; %d free, the pod requests %d", len(devices), class.Name, pluginTotal, name, free, want)
 		if free < want {
-			w.fail(Link{Step: step, Reason: CapacityExhausted, Evidence: []string{ev}}, nil, "")
+			w.fail(Link{Step: step, Class: class.Name, Reason: CapacityExhausted, Evidence: []string{ev}}, nil, "")
 			failedAny = true
 			continue
 		}
 		w.add(Link{Step: step, Layer: LayerScheduler, State: Pass, Evidence: []string{ev}})
 	}
 	if !failedAny {
-		l := Link{Step: "extended-resource claim allocated", Reason: Unallocated,
+		l := Link{Step: "extended-resource claim allocated", Class: served, Reason: Unallocated,
 			Evidence: []string{"free devices exist, but the scheduler has not allocated a claim for the pod's extended resources"}}
 		l.Evidence = append(l.Evidence, w.schedulingEvidence()...)
 		w.fail(l, nil, "")
