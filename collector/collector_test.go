@@ -2,6 +2,7 @@ package collector_test
 
 import (
 	"fmt"
+	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 	"log/slog"
 	"math"
 	"sort"
@@ -25,21 +26,21 @@ import (
 // "profiled" fails on every device (no profile attribute on full GPUs).
 func tinyCluster(t *testing.T) *index.Index {
 	t.Helper()
-	llm0 := ready(bound(withClaimStatus(withTemplateClaim(pod("llm-0", "uid-llm-0"), "gpu", "llm-gpu"), "gpu", "llm-0-gpu"), "node-1"))
+	llm0 := Ready(Bound(WithClaimStatus(WithTemplateClaim(Pod("llm-0", "uid-llm-0"), "gpu", "llm-gpu"), "gpu", "llm-0-gpu"), "node-1"))
 	llm0.Labels = map[string]string{"app": "llm", "team": "ml", "secret": "x"}
-	llm1 := withTemplateClaim(pod("llm-1", "uid-llm-1"), "gpu", "llm-gpu-v2")
+	llm1 := WithTemplateClaim(Pod("llm-1", "uid-llm-1"), "gpu", "llm-gpu-v2")
 	llm1.Labels = map[string]string{"app": "llm"}
-	ext := withExtendedClaimStatus(withLimit(pod("ext", "uid-ext"), gpuResource, 1), "ext-gpu")
-	dp := running(bound(withLimit(pod("dp", "uid-dp"), gpuResource, 1), "dp-node"))
-	done := finished(bound(withTemplateClaim(pod("done", "uid-done"), "gpu", "t"), "node-1"), corev1.PodSucceeded)
-	return build(t, index.Config{Now: func() time.Time { return t0 }, DevicePluginResources: []string{gpuResource}},
-		gpuClass(), migClass(), deviceClass("profiled", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'"),
-		node("node-1", 0), node("dp-node", 4),
-		slice("node-1", "node-1", 1, gpuDevice("gpu-0", "GPU-0"), gpuDevice("gpu-1", "GPU-1")),
+	ext := WithExtendedClaimStatus(WithLimit(Pod("ext", "uid-ext"), GPUResource, 1), "ext-gpu")
+	dp := Running(Bound(WithLimit(Pod("dp", "uid-dp"), GPUResource, 1), "dp-node"))
+	done := Finished(Bound(WithTemplateClaim(Pod("done", "uid-done"), "gpu", "t"), "node-1"), corev1.PodSucceeded)
+	return Build(t, index.Config{Now: func() time.Time { return T0 }, DevicePluginResources: []string{GPUResource}},
+		GPUClass(), MIGClass(), DeviceClass("profiled", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'"),
+		Node("node-1", 0), Node("dp-node", 4),
+		Slice("node-1", "node-1", 1, GPUDevice("gpu-0", "GPU-0"), GPUDevice("gpu-1", "GPU-1")),
 		llm0, llm1, ext, dp, done,
-		reservedFor(allocated(ownedBy(claim("llm-0-gpu", "uid-c0"), llm0, "gpu"), "node-1", t0.Add(-time.Hour), result("gpu", "node-1", "gpu-0")), llm0),
-		allocated(createdAt(claim("idle", "uid-idle"), t0.Add(-time.Hour)), "node-1", t0.Add(-20*time.Minute), result("gpu", "node-1", "gpu-1")),
-		extendedFor(claim("ext-gpu", "uid-ext-gpu", request("container-0-request-0", gpuClassName)), ext),
+		ReservedFor(Allocated(OwnedBy(Claim("llm-0-gpu", "uid-c0"), llm0, "gpu"), "node-1", T0.Add(-time.Hour), Result("gpu", "node-1", "gpu-0")), llm0),
+		Allocated(CreatedAt(Claim("idle", "uid-idle"), T0.Add(-time.Hour)), "node-1", T0.Add(-20*time.Minute), Result("gpu", "node-1", "gpu-1")),
+		ExtendedFor(Claim("ext-gpu", "uid-ext-gpu", Request("container-0-request-0", GPUClassName)), ext),
 	)
 }
 
@@ -77,7 +78,7 @@ type family struct {
 func fam(name string, samples ...string) family { return family{name, samples} }
 
 func exporterFor(ix *index.Index, cs ...collector.Collector) *collector.Exporter {
-	return collector.NewExporter(ix, func() time.Time { return t0 }, false, slog.New(slog.DiscardHandler), cs...)
+	return collector.NewExporter(ix, func() time.Time { return T0 }, false, slog.New(slog.DiscardHandler), cs...)
 }
 
 func compareAndLint(t *testing.T, c prometheus.Collector, want string) {
@@ -195,7 +196,7 @@ func TestCollectors(t *testing.T) {
 }
 
 func TestEmptyClusterEmitsOnlyClassRows(t *testing.T) {
-	ix := build(t, index.Config{}, migClass())
+	ix := Build(t, index.Config{}, MIGClass())
 	exp := exporterFor(ix, collector.NewDeviceCollector(nil), collector.NewDeviceClassCollector(), collector.NewClaimCollector(),
 		collector.NewBlockedCollector(), collector.NewLeakCollector(time.Minute), collector.NewLaneCollector(), collector.NewPodCollector(nil))
 	compareAndLint(t, exp, expect(exp.Defs(),
@@ -210,9 +211,9 @@ func TestEmptyClusterEmitsOnlyClassRows(t *testing.T) {
 // Two results naming the same device under the same request (an invalid
 // but possible object) must not break the scrape.
 func TestDuplicateAllocationResultsDoNotFailTheScrape(t *testing.T) {
-	c := allocated(claim("dup", "uid-dup"), "node-1", t0, result("gpu", "node-1", "gpu-0"), result("gpu", "node-1", "gpu-0"))
-	c = reservedFor(c, pod("gone", "uid-gone"), pod("gone", "uid-gone"))
-	ix := build(t, index.Config{}, gpuClass(), slice("node-1", "node-1", 1, gpuDevice("gpu-0", "GPU-0")), c)
+	c := Allocated(Claim("dup", "uid-dup"), "node-1", T0, Result("gpu", "node-1", "gpu-0"), Result("gpu", "node-1", "gpu-0"))
+	c = ReservedFor(c, Pod("gone", "uid-gone"), Pod("gone", "uid-gone"))
+	ix := Build(t, index.Config{}, GPUClass(), Slice("node-1", "node-1", 1, GPUDevice("gpu-0", "GPU-0")), c)
 	exp := exporterFor(ix, collector.NewClaimCollector(), collector.NewLeakCollector(time.Minute))
 	compareAndLint(t, exp, expect(exp.Defs(),
 		fam("dra_claim_info", `{claim="dup",lane="dra",namespace="prod",pod="",pod_uid=""} 1`),
@@ -258,9 +259,9 @@ var buckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60
 func TestLatency(t *testing.T) {
 	l := collector.NewLatency()
 	var obs index.Observer = l
-	obs.ObserveAllocation(gpuClassName, 300*time.Millisecond)
-	obs.ObserveAllocation(gpuClassName, 4*time.Second)
-	obs.ObserveRelease(gpuClassName, index.StageUnreserved, 2*time.Second)
+	obs.ObserveAllocation(GPUClassName, 300*time.Millisecond)
+	obs.ObserveAllocation(GPUClassName, 4*time.Second)
+	obs.ObserveRelease(GPUClassName, index.StageUnreserved, 2*time.Second)
 	obs.ObservePodStartup(index.LaneDRA, index.StageReady, 45*time.Second)
 
 	var want strings.Builder
@@ -370,9 +371,9 @@ func TestDefaultAttributeLabelsParse(t *testing.T) {
 
 // Attribute labels read qualified and bare attribute names alike.
 func TestDeviceCollectorAttributeForms(t *testing.T) {
-	dev := gpuDevice("gpu-0", "GPU-0")
-	dev.Attributes["resource.kubernetes.io/pciBusID"] = strAttr("0000:1b:00.0")
-	ix := build(t, index.Config{}, slice("node-1", "node-1", 1, dev))
+	dev := GPUDevice("gpu-0", "GPU-0")
+	dev.Attributes["resource.kubernetes.io/pciBusID"] = StrAttr("0000:1b:00.0")
+	ix := Build(t, index.Config{}, Slice("node-1", "node-1", 1, dev))
 	attrs, err := collector.ParseAttributeLabels("resource.kubernetes.io/pciBusID=pci_bus,gpu.nvidia.com/productName=product")
 	if err != nil {
 		t.Fatal(err)
@@ -385,9 +386,9 @@ func TestDeviceCollectorAttributeForms(t *testing.T) {
 }
 
 func TestPodLabelsAllowlistSanitized(t *testing.T) {
-	p := withTemplateClaim(pod("llm-0", "uid-llm-0"), "gpu", "t")
+	p := WithTemplateClaim(Pod("llm-0", "uid-llm-0"), "gpu", "t")
 	p.Labels = map[string]string{"app.kubernetes.io/name": "vllm", "9lives": "cat", "team-name": "ml", "app.kubernetes.io_name": "dup"}
-	ix := build(t, index.Config{}, p)
+	ix := Build(t, index.Config{}, p)
 	exp := exporterFor(ix, collector.NewPodCollector([]string{"app.kubernetes.io/name", "9lives", "team-name", "app.kubernetes.io_name"}))
 	var names []string
 	for _, d := range exp.Defs() {

@@ -2,6 +2,7 @@ package collector_test
 
 import (
 	"fmt"
+	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 	"log/slog"
 	"sync"
 	"testing"
@@ -19,11 +20,11 @@ import (
 func TestScrapeWhileIndexChanges(t *testing.T) {
 	// "broken" fails on every full GPU, so every device carries a class
 	// error while "flex" flips between failing and not.
-	ix := build(t, index.Config{Now: func() time.Time { return t0 }, DevicePluginResources: []string{gpuResource}},
-		gpuClass(), deviceClass("broken", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'"),
-		slice("node-1", "node-1", 1, gpuDevice("gpu-0", "GPU-0"), gpuDevice("gpu-1", "GPU-1")),
-		node("node-1", 0))
-	exp := collector.NewExporter(ix, func() time.Time { return t0 }, true, slog.New(slog.DiscardHandler),
+	ix := Build(t, index.Config{Now: func() time.Time { return T0 }, DevicePluginResources: []string{GPUResource}},
+		GPUClass(), DeviceClass("broken", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'"),
+		Slice("node-1", "node-1", 1, GPUDevice("gpu-0", "GPU-0"), GPUDevice("gpu-1", "GPU-1")),
+		Node("node-1", 0))
+	exp := collector.NewExporter(ix, func() time.Time { return T0 }, true, slog.New(slog.DiscardHandler),
 		collector.NewDeviceCollector(collector.DefaultAttributeLabels), collector.NewDeviceClassCollector(),
 		collector.NewClaimCollector(), collector.NewBlockedCollector(), collector.NewLeakCollector(time.Minute),
 		collector.NewLaneCollector(), collector.NewPodCollector(nil))
@@ -34,14 +35,14 @@ func TestScrapeWhileIndexChanges(t *testing.T) {
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		p := withTemplateClaim(pod("llm-0", "uid-llm-0"), "gpu", "t")
+		p := WithTemplateClaim(Pod("llm-0", "uid-llm-0"), "gpu", "t")
 		for i := 0; i < rounds; i++ {
-			flex := deviceClass("flex", "device.attributes['gpu.nvidia.com'].type == 'mig'")
+			flex := DeviceClass("flex", "device.attributes['gpu.nvidia.com'].type == 'mig'")
 			if i%2 == 1 {
-				flex = deviceClass("flex", "device.attributes['gpu.nvidia.com'].parentUUID == 'GPU-x'")
+				flex = DeviceClass("flex", "device.attributes['gpu.nvidia.com'].parentUUID == 'GPU-x'")
 			}
-			c := reservedFor(allocated(ownedBy(claim("llm-0-gpu", "uid-c"), p, "gpu"), "node-1", t0, result("gpu", "node-1", fmt.Sprintf("gpu-%d", i%2))), p)
-			for _, obj := range []any{flex, slice("node-1", "node-1", int64(1+i%2), gpuDevice("gpu-0", "GPU-0"), gpuDevice("gpu-1", "GPU-1")), p, c} {
+			c := ReservedFor(Allocated(OwnedBy(Claim("llm-0-gpu", "uid-c"), p, "gpu"), "node-1", T0, Result("gpu", "node-1", fmt.Sprintf("gpu-%d", i%2))), p)
+			for _, obj := range []any{flex, Slice("node-1", "node-1", int64(1+i%2), GPUDevice("gpu-0", "GPU-0"), GPUDevice("gpu-1", "GPU-1")), p, c} {
 				if err := ix.Upsert(obj, true); err != nil {
 					errs <- err
 					return

@@ -2,6 +2,7 @@ package classify_test
 
 import (
 	"bytes"
+	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 	"slices"
 	"strings"
 	"testing"
@@ -24,48 +25,48 @@ const (
 func gpus(names ...string) []resourceapi.Device {
 	out := make([]resourceapi.Device, len(names))
 	for i, n := range names {
-		out[i] = gpuDevice(n, "GPU-"+n)
+		out[i] = GPUDevice(n, "GPU-"+n)
 	}
 	return out
 }
 
 // world: two H100s on node-1, the gpu and mig classes.
 func world(extra ...any) []any {
-	return append([]any{gpuClass(), migClass(), node("node-1", 0), slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1")...)}, extra...)
+	return append([]any{GPUClass(), MIGClass(), Node("node-1", 0), Slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1")...)}, extra...)
 }
 
 // tmplPod is llm-0 with one pod claim "gpu" from template llm-gpu.
-func tmplPod() *corev1.Pod { return withTemplateClaim(pod(podName, podUID), "gpu", "llm-gpu") }
+func tmplPod() *corev1.Pod { return WithTemplateClaim(Pod(podName, podUID), "gpu", "llm-gpu") }
 
 // statusPod is tmplPod with the generated claim recorded in its status.
-func statusPod() *corev1.Pod { return withClaimStatus(tmplPod(), "gpu", claimName) }
+func statusPod() *corev1.Pod { return WithClaimStatus(tmplPod(), "gpu", claimName) }
 
 // genClaim is the claim generated for statusPod.
 func genClaim(requests ...resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
-	return ownedBy(claim(claimName, "uid-claim", requests...), tmplPod(), "gpu")
+	return OwnedBy(Claim(claimName, "uid-claim", requests...), tmplPod(), "gpu")
 }
 
 func withSelectors(r resourceapi.DeviceRequest, exprs ...string) resourceapi.DeviceRequest {
 	r.Exactly = r.Exactly.DeepCopy()
-	r.Exactly.Selectors = cel(exprs...)
+	r.Exactly.Selectors = CEL(exprs...)
 	return r
 }
 
 // holder is a claim of someone else that holds a device of node-1.
 func holder(name, device string) *resourceapi.ResourceClaim {
-	other := pod("holder-"+name, "uid-holder-"+name)
-	return reservedFor(allocated(claim(name, "uid-"+name), "node-1", t0.Add(-time.Hour), result("gpu", "node-1", device)), other)
+	other := Pod("holder-"+name, "uid-holder-"+name)
+	return ReservedFor(Allocated(Claim(name, "uid-"+name), "node-1", T0.Add(-time.Hour), Result("gpu", "node-1", device)), other)
 }
 
 func snapshotOf(t *testing.T, objs ...any) *index.Snapshot {
 	t.Helper()
-	return build(t, index.Config{Now: func() time.Time { return t0 }, DevicePluginResources: []string{gpuResource}}, objs...).Snapshot()
+	return Build(t, index.Config{Now: func() time.Time { return T0 }, DevicePluginResources: []string{GPUResource}}, objs...).Snapshot()
 }
 
 func verdictOf(t *testing.T, name string, objs ...any) classify.Verdict {
 	t.Helper()
 	s := snapshotOf(t, objs...)
-	p := s.Pod(index.Key{Namespace: ns, Name: name})
+	p := s.Pod(index.Key{Namespace: NS, Name: name})
 	if p == nil {
 		t.Fatalf("pod %s not indexed", name)
 	}
@@ -118,10 +119,10 @@ func linkSummary(v classify.Verdict) string {
 }
 
 func TestEveryReason(t *testing.T) {
-	gpu0 := result("gpu", "node-1", "gpu-0")
-	allocatedClaim := allocated(genClaim(), "node-1", t0.Add(-time.Minute), gpu0)
-	reservedClaim := reservedFor(allocatedClaim, statusPod())
-	boundPod := bound(statusPod(), "node-1")
+	gpu0 := Result("gpu", "node-1", "gpu-0")
+	allocatedClaim := Allocated(genClaim(), "node-1", T0.Add(-time.Minute), gpu0)
+	reservedClaim := ReservedFor(allocatedClaim, statusPod())
+	boundPod := Bound(statusPod(), "node-1")
 
 	tests := []struct {
 		name string
@@ -130,29 +131,29 @@ func TestEveryReason(t *testing.T) {
 		want want
 	}{
 		{"claim_not_created", podName, world(tmplPod(),
-			event("ev", tmplPod(), index.ReasonFailedResourceClaimCreation, "template llm-gpu not found", t0)),
+			Event("ev", tmplPod(), index.ReasonFailedResourceClaimCreation, "template llm-gpu not found", T0)),
 			want{classify.ClaimNotCreated, classify.LayerController, "", "", ""}},
-		{"claim_not_found", podName, world(withNamedClaim(pod(podName, podUID), "gpu", "shared-gpu")),
+		{"claim_not_found", podName, world(WithNamedClaim(Pod(podName, podUID), "gpu", "shared-gpu")),
 			want{classify.ClaimNotFound, classify.LayerController, "shared-gpu", "", ""}},
-		{"device_class_not_found", podName, world(statusPod(), genClaim(request("gpu", "typo-class"))),
+		{"device_class_not_found", podName, world(statusPod(), genClaim(Request("gpu", "typo-class"))),
 			want{classify.DeviceClassNotFound, classify.LayerScheduler, claimName, "", ""}},
-		{"no_devices_for_class", podName, world(statusPod(), genClaim(request("gpu", migClassName))),
+		{"no_devices_for_class", podName, world(statusPod(), genClaim(Request("gpu", MIGClassName))),
 			want{classify.NoDevicesForClass, classify.LayerScheduler, claimName, "", ""}},
-		{"selector_matches_nothing", podName, world(statusPod(), genClaim(withSelectors(request("gpu", gpuClassName),
+		{"selector_matches_nothing", podName, world(statusPod(), genClaim(withSelectors(Request("gpu", GPUClassName),
 			"device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('200Gi')) >= 0"))),
 			want{classify.SelectorMatchesNothing, classify.LayerScheduler, claimName, "", ""}},
 		{"capacity_exhausted", podName, world(statusPod(), genClaim(), holder("a", "gpu-0"), holder("b", "gpu-1")),
 			want{classify.CapacityExhausted, classify.LayerScheduler, claimName, "", ""}},
 		{"unallocated", podName, world(statusPod(), genClaim()),
 			want{classify.Unallocated, classify.LayerScheduler, claimName, "", ""}},
-		{"not_reserved", podName, world(statusPod(), reservedFor(allocatedClaim, pod("notebook-a", "uid-a"))),
+		{"not_reserved", podName, world(statusPod(), ReservedFor(allocatedClaim, Pod("notebook-a", "uid-a"))),
 			want{classify.NotReserved, classify.LayerScheduler, claimName, "node-1", "gpu-0"}},
 		{"node_prepare_failed", podName, world(boundPod, reservedClaim,
-			event("prep", boundPod, index.ReasonFailedPrepareDynamicResources, "NodePrepareResources: driver gpu.nvidia.com: timeout", t0)),
+			Event("prep", boundPod, index.ReasonFailedPrepareDynamicResources, "NodePrepareResources: driver gpu.nvidia.com: timeout", T0)),
 			want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"}},
 		{"node_prepare_pending", podName, world(boundPod, reservedClaim),
 			want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
-		{"not_ready", podName, world(running(boundPod), reservedClaim),
+		{"not_ready", podName, world(Running(boundPod), reservedClaim),
 			want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
 	}
 	covered := map[classify.Reason]bool{}
@@ -210,7 +211,7 @@ func TestReasonLayersAndMeanings(t *testing.T) {
 
 func TestClaimNotCreatedEvidence(t *testing.T) {
 	v := verdictOf(t, podName, world(tmplPod(),
-		event("ev", tmplPod(), index.ReasonFailedResourceClaimCreation, "admission webhook denied the claim", t0))...)
+		Event("ev", tmplPod(), index.ReasonFailedResourceClaimCreation, "admission webhook denied the claim", T0))...)
 	text := strings.Join(v.Links[0].Evidence, "\n")
 	if !strings.Contains(text, "admission webhook denied the claim") || !strings.Contains(text, "llm-gpu") {
 		t.Errorf("evidence does not carry the event and template:\n%s", text)
@@ -219,13 +220,13 @@ func TestClaimNotCreatedEvidence(t *testing.T) {
 
 func TestRequests(t *testing.T) {
 	exact := func(count int64, mode resourceapi.DeviceAllocationMode) resourceapi.DeviceRequest {
-		r := request("gpu", gpuClassName)
+		r := Request("gpu", GPUClassName)
 		r.Exactly.Count, r.Exactly.AllocationMode = count, mode
 		return r
 	}
 	tooBig := "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('200Gi')) >= 0"
-	admin := request("gpu", gpuClassName)
-	admin.Exactly.AdminAccess = ptr(true)
+	admin := Request("gpu", GPUClassName)
+	admin.Exactly.AdminAccess = Ptr(true)
 
 	tests := []struct {
 		name string
@@ -234,18 +235,18 @@ func TestRequests(t *testing.T) {
 		want classify.Reason
 	}{
 		{"firstAvailable: first unsatisfiable, second ok", []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
-			{Name: "big", DeviceClassName: gpuClassName, Selectors: cel(tooBig)},
-			{Name: "any", DeviceClassName: gpuClassName},
+			{Name: "big", DeviceClassName: GPUClassName, Selectors: CEL(tooBig)},
+			{Name: "any", DeviceClassName: GPUClassName},
 		}}}, nil, classify.Unallocated},
 		{"firstAvailable: first ok, second has no class", []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
-			{Name: "any", DeviceClassName: gpuClassName},
+			{Name: "any", DeviceClassName: GPUClassName},
 			{Name: "typo", DeviceClassName: "typo"},
 		}}}, nil, classify.Unallocated},
 		// Neither subrequest can be satisfied: report the one that got
 		// furthest down the tree.
 		{"firstAvailable: none satisfiable", []resourceapi.DeviceRequest{{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
-			{Name: "mig", DeviceClassName: migClassName},
-			{Name: "big", DeviceClassName: gpuClassName, Selectors: cel(tooBig)},
+			{Name: "mig", DeviceClassName: MIGClassName},
+			{Name: "big", DeviceClassName: GPUClassName, Selectors: CEL(tooBig)},
 		}}}, nil, classify.SelectorMatchesNothing},
 		{"ExactCount 2, one free", []resourceapi.DeviceRequest{exact(2, resourceapi.DeviceAllocationModeExactCount)},
 			[]any{holder("a", "gpu-0")}, classify.CapacityExhausted},
@@ -260,12 +261,12 @@ func TestRequests(t *testing.T) {
 		{"admin access skips capacity", []resourceapi.DeviceRequest{admin},
 			[]any{holder("a", "gpu-0"), holder("b", "gpu-1")}, classify.Unallocated},
 		{"two requests: the earlier tree reason wins", []resourceapi.DeviceRequest{
-			withSelectors(request("first", gpuClassName), tooBig),
-			request("second", "typo-class"),
+			withSelectors(Request("first", GPUClassName), tooBig),
+			Request("second", "typo-class"),
 		}, nil, classify.DeviceClassNotFound},
 		{"two requests: second exhausted", []resourceapi.DeviceRequest{
-			request("first", gpuClassName),
-			withSelectors(request("second", gpuClassName), "device.attributes['gpu.nvidia.com'].uuid == 'GPU-gpu-1'"),
+			Request("first", GPUClassName),
+			withSelectors(Request("second", GPUClassName), "device.attributes['gpu.nvidia.com'].uuid == 'GPU-gpu-1'"),
 		}, []any{holder("a", "gpu-1")}, classify.CapacityExhausted},
 	}
 	for _, tt := range tests {
@@ -278,28 +279,28 @@ func TestRequests(t *testing.T) {
 }
 
 func TestEarliestReasonAcrossClaims(t *testing.T) {
-	p := withNamedClaim(statusPod(), "extra", "missing-claim")
+	p := WithNamedClaim(statusPod(), "extra", "missing-claim")
 	v := verdictOf(t, podName, world(p, genClaim(), holder("a", "gpu-0"), holder("b", "gpu-1"))...)
 	checkVerdict(t, v, want{classify.ClaimNotFound, classify.LayerController, "missing-claim", "", ""})
 }
 
 func TestExtendedResourcePendingPod(t *testing.T) {
-	extPod := func(n int64) *corev1.Pod { return withLimit(pod("ext", "uid-ext"), gpuResource, n) }
+	extPod := func(n int64) *corev1.Pod { return WithLimit(Pod("ext", "uid-ext"), GPUResource, n) }
 	dpUser := func(name string, n int64) *corev1.Pod {
-		return running(bound(withLimit(pod(name, "uid-"+name), gpuResource, n), "dp-node"))
+		return Running(Bound(WithLimit(Pod(name, "uid-"+name), GPUResource, n), "dp-node"))
 	}
 	tests := []struct {
 		name string
 		objs []any
 		want classify.Reason
 	}{
-		{"no devices, no device plugin", []any{gpuClass(), extPod(1)}, classify.NoDevicesForClass},
+		{"no devices, no device plugin", []any{GPUClass(), extPod(1)}, classify.NoDevicesForClass},
 		{"one free DRA device, two wanted", world(extPod(2), holder("a", "gpu-0")), classify.CapacityExhausted},
 		{"one free DRA device and one free device-plugin GPU", world(extPod(2), holder("a", "gpu-0"),
-			node("dp-node", 8), dpUser("dp-a", 4), dpUser("dp-b", 3)), classify.Unallocated},
+			Node("dp-node", 8), dpUser("dp-a", 4), dpUser("dp-b", 3)), classify.Unallocated},
 		{"device-plugin GPUs all used", world(extPod(2), holder("a", "gpu-0"),
-			node("dp-node", 8), dpUser("dp-a", 8)), classify.CapacityExhausted},
-		{"device-plugin only, enough free", []any{gpuClass(), extPod(2), node("dp-node", 8)}, classify.Unallocated},
+			Node("dp-node", 8), dpUser("dp-a", 8)), classify.CapacityExhausted},
+		{"device-plugin only, enough free", []any{GPUClass(), extPod(2), Node("dp-node", 8)}, classify.Unallocated},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -313,30 +314,30 @@ func TestExtendedResourcePendingPod(t *testing.T) {
 }
 
 func TestExtendedClaimCreated(t *testing.T) {
-	p := withExtendedClaimStatus(withLimit(pod("ext", "uid-ext"), gpuResource, 1), "ext-gpu")
-	c := reservedFor(allocated(extendedFor(claim("ext-gpu", "uid-e", request("container-0-request-0", gpuClassName)), p),
-		"node-1", t0, result("container-0-request-0", "node-1", "gpu-1")), p)
-	v := verdictOf(t, "ext", world(bound(p, "node-1"), c)...)
+	p := WithExtendedClaimStatus(WithLimit(Pod("ext", "uid-ext"), GPUResource, 1), "ext-gpu")
+	c := ReservedFor(Allocated(ExtendedFor(Claim("ext-gpu", "uid-e", Request("container-0-request-0", GPUClassName)), p),
+		"node-1", T0, Result("container-0-request-0", "node-1", "gpu-1")), p)
+	v := verdictOf(t, "ext", world(Bound(p, "node-1"), c)...)
 	checkVerdict(t, v, want{classify.NodePreparePending, classify.LayerNode, "ext-gpu", "node-1", "gpu-1"})
 }
 
 func TestNotBlocked(t *testing.T) {
-	gpu0 := result("gpu", "node-1", "gpu-0")
-	reservedClaim := reservedFor(allocated(genClaim(), "node-1", t0, gpu0), statusPod())
-	terminating := bound(statusPod(), "node-1")
-	terminating.DeletionTimestamp = ptr(metav1.NewTime(t0))
+	gpu0 := Result("gpu", "node-1", "gpu-0")
+	reservedClaim := ReservedFor(Allocated(genClaim(), "node-1", T0, gpu0), statusPod())
+	terminating := Bound(statusPod(), "node-1")
+	terminating.DeletionTimestamp = Ptr(metav1.NewTime(T0))
 	tests := []struct {
 		name string
 		pod  string
 		objs []any
 		note string
 	}{
-		{"ready", podName, world(ready(bound(statusPod(), "node-1")), reservedClaim), ""},
-		{"ready although the claim is not reserved", podName, world(ready(bound(statusPod(), "node-1")), genClaim()), "-"},
-		{"finished", podName, world(finished(bound(statusPod(), "node-1"), corev1.PodSucceeded), reservedClaim), "finished"},
-		{"failed", podName, world(finished(bound(statusPod(), "node-1"), corev1.PodFailed)), "finished"},
+		{"ready", podName, world(Ready(Bound(statusPod(), "node-1")), reservedClaim), ""},
+		{"ready although the claim is not reserved", podName, world(Ready(Bound(statusPod(), "node-1")), genClaim()), "-"},
+		{"finished", podName, world(Finished(Bound(statusPod(), "node-1"), corev1.PodSucceeded), reservedClaim), "finished"},
+		{"failed", podName, world(Finished(Bound(statusPod(), "node-1"), corev1.PodFailed)), "finished"},
 		{"terminating", podName, world(terminating, reservedClaim), "being deleted"},
-		{"device-plugin pod", "dp", world(node("dp-node", 8), bound(withLimit(pod("dp", "uid-dp"), gpuResource, 1), "dp-node")), "device-plugin"},
+		{"device-plugin pod", "dp", world(Node("dp-node", 8), Bound(WithLimit(Pod("dp", "uid-dp"), GPUResource, 1), "dp-node")), "device-plugin"},
 		{"binding in progress", podName, world(statusPod(), reservedClaim), ""},
 	}
 	for _, tt := range tests {
@@ -350,7 +351,7 @@ func TestNotBlocked(t *testing.T) {
 			if tt.note == "-" {
 				return // Pod() of a Ready pod may still walk; Blocked skips it
 			}
-			v := classify.Pod(s, s.Pod(index.Key{Namespace: ns, Name: tt.pod}))
+			v := classify.Pod(s, s.Pod(index.Key{Namespace: NS, Name: tt.pod}))
 			if v.Blocked {
 				t.Errorf("Pod says blocked: %s", v.Reason)
 			}
@@ -370,25 +371,25 @@ func TestGeneratedClaimByOwnerReference(t *testing.T) {
 func TestClaimOfAnotherPodIsNotCreated(t *testing.T) {
 	// The pod status names a claim that belongs to a previous pod of the
 	// same name.
-	theirs := ownedBy(claim(claimName, "uid-old-claim"), pod(podName, "uid-previous"), "gpu")
+	theirs := OwnedBy(Claim(claimName, "uid-old-claim"), Pod(podName, "uid-previous"), "gpu")
 	v := verdictOf(t, podName, world(statusPod(), theirs)...)
 	checkVerdict(t, v, want{classify.ClaimNotCreated, classify.LayerController, claimName, "", ""})
 }
 
 func TestNodePrepareFailedEvidence(t *testing.T) {
-	gpu0 := result("gpu", "node-1", "gpu-0")
-	reservedClaim := reservedFor(allocated(genClaim(), "node-1", t0, gpu0), statusPod())
-	boundPod := bound(statusPod(), "node-1")
+	gpu0 := Result("gpu", "node-1", "gpu-0")
+	reservedClaim := ReservedFor(Allocated(genClaim(), "node-1", T0, gpu0), statusPod())
+	boundPod := Bound(statusPod(), "node-1")
 	tests := []struct {
 		name  string
 		event *corev1.Event
 		want  classify.Reason
 	}{
-		{"FailedPrepareDynamicResources", event("e", boundPod, index.ReasonFailedPrepareDynamicResources, "prepare failed", t0), classify.NodePrepareFailed},
-		{"sandbox failure naming CDI", event("e", boundPod, "FailedCreatePodSandBox",
-			"failed to create containerd task: failed to inject CDI devices: unresolvable CDI devices gpu.nvidia.com/gpu=uuid", t0), classify.NodePrepareFailed},
-		{"sandbox failure about the network", event("e", boundPod, "FailedCreatePodSandBox", "failed to setup network", t0), classify.NodePreparePending},
-		{"failure of the previous pod of that name", event("e", pod(podName, "uid-previous"), index.ReasonFailedPrepareDynamicResources, "old", t0), classify.NodePreparePending},
+		{"FailedPrepareDynamicResources", Event("e", boundPod, index.ReasonFailedPrepareDynamicResources, "prepare failed", T0), classify.NodePrepareFailed},
+		{"sandbox failure naming CDI", Event("e", boundPod, "FailedCreatePodSandBox",
+			"failed to create containerd task: failed to inject CDI devices: unresolvable CDI devices gpu.nvidia.com/gpu=uuid", T0), classify.NodePrepareFailed},
+		{"sandbox failure about the network", Event("e", boundPod, "FailedCreatePodSandBox", "failed to setup network", T0), classify.NodePreparePending},
+		{"failure of the previous pod of that name", Event("e", Pod(podName, "uid-previous"), index.ReasonFailedPrepareDynamicResources, "old", T0), classify.NodePreparePending},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -410,7 +411,7 @@ func TestNodePrepareFailedEvidence(t *testing.T) {
 }
 
 func TestNodeFromDeviceWhenNoSelector(t *testing.T) {
-	c := reservedFor(allocated(genClaim(), "", t0, result("gpu", "node-1", "gpu-1")), pod("someone-else", "uid-x"))
+	c := ReservedFor(Allocated(genClaim(), "", T0, Result("gpu", "node-1", "gpu-1")), Pod("someone-else", "uid-x"))
 	v := verdictOf(t, podName, world(statusPod(), c)...)
 	checkVerdict(t, v, want{classify.NotReserved, classify.LayerScheduler, claimName, "node-1", "gpu-1"})
 }
@@ -433,35 +434,35 @@ func leakRows(leaks []classify.Leak) []leakRow {
 
 func TestLeaks(t *testing.T) {
 	const grace = 5 * time.Minute
-	gpu := func(d string) resourceapi.DeviceRequestAllocationResult { return result("gpu", "node-1", d) }
-	running0 := running(bound(withNamedClaim(pod("healthy", "uid-healthy"), "gpu", "healthy-claim"), "node-1"))
-	job := finished(bound(withNamedClaim(pod("job-0", "uid-job"), "gpu", "job-claim"), "node-1"), corev1.PodSucceeded)
-	recreated := withNamedClaim(pod("retriever-0", "uid-new"), "gpu", "retriever-claim")
-	deleted := pod("deleted-0", "uid-deleted")
+	gpu := func(d string) resourceapi.DeviceRequestAllocationResult { return Result("gpu", "node-1", d) }
+	running0 := Running(Bound(WithNamedClaim(Pod("healthy", "uid-healthy"), "gpu", "healthy-claim"), "node-1"))
+	job := Finished(Bound(WithNamedClaim(Pod("job-0", "uid-job"), "gpu", "job-claim"), "node-1"), corev1.PodSucceeded)
+	recreated := WithNamedClaim(Pod("retriever-0", "uid-new"), "gpu", "retriever-claim")
+	deleted := Pod("deleted-0", "uid-deleted")
 	allocatedAgo := func(name string, ago time.Duration, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
-		return allocated(createdAt(claim(name, "uid-"+name), t0.Add(-ago)), "node-1", t0.Add(-ago), results...)
+		return Allocated(CreatedAt(Claim(name, "uid-"+name), T0.Add(-ago)), "node-1", T0.Add(-ago), results...)
 	}
-	nodeLess := allocated(claim("network-claim", "uid-net"), "", t0.Add(-time.Hour), gpu("gpu-1"))
+	nodeLess := Allocated(Claim("network-claim", "uid-net"), "", T0.Add(-time.Hour), gpu("gpu-1"))
 
 	tests := []struct {
 		name string
 		objs []any
 		want []leakRow
 	}{
-		{"healthy reservation", []any{running0, reservedFor(allocatedAgo("healthy-claim", time.Hour, gpu("gpu-0")), running0)}, nil},
-		{"pod_missing", []any{reservedFor(allocatedAgo("gone-claim", time.Hour, gpu("gpu-0")), pod("gone", "uid-gone"))},
+		{"healthy reservation", []any{running0, ReservedFor(allocatedAgo("healthy-claim", time.Hour, gpu("gpu-0")), running0)}, nil},
+		{"pod_missing", []any{ReservedFor(allocatedAgo("gone-claim", time.Hour, gpu("gpu-0")), Pod("gone", "uid-gone"))},
 			[]leakRow{{"gone-claim", "gone", "uid-gone", "node-1", "gpu-0", classify.LeakPodMissing}}},
-		{"pod_finished", []any{job, reservedFor(allocatedAgo("job-claim", time.Hour, gpu("gpu-0")), job)},
+		{"pod_finished", []any{job, ReservedFor(allocatedAgo("job-claim", time.Hour, gpu("gpu-0")), job)},
 			[]leakRow{{"job-claim", "job-0", "uid-job", "node-1", "gpu-0", classify.LeakPodFinished}}},
-		{"pod_recreated", []any{recreated, reservedFor(allocatedAgo("retriever-claim", time.Hour, gpu("gpu-0")), pod("retriever-0", "uid-old"))},
+		{"pod_recreated", []any{recreated, ReservedFor(allocatedAgo("retriever-claim", time.Hour, gpu("gpu-0")), Pod("retriever-0", "uid-old"))},
 			[]leakRow{{"retriever-claim", "retriever-0", "uid-old", "node-1", "gpu-0", classify.LeakPodRecreated}}},
-		{"owner_missing, unallocated", []any{ownedBy(claim("deleted-0-gpu", "uid-dg"), deleted, "gpu")},
+		{"owner_missing, unallocated", []any{OwnedBy(Claim("deleted-0-gpu", "uid-dg"), deleted, "gpu")},
 			[]leakRow{{"deleted-0-gpu", "deleted-0", "uid-deleted", "", "", classify.LeakOwnerMissing}}},
-		{"owner_missing, allocated and unreserved: one reason", []any{ownedBy(allocatedAgo("deleted-0-gpu", time.Hour, gpu("gpu-1")), deleted, "gpu")},
+		{"owner_missing, allocated and unreserved: one reason", []any{OwnedBy(allocatedAgo("deleted-0-gpu", time.Hour, gpu("gpu-1")), deleted, "gpu")},
 			[]leakRow{{"deleted-0-gpu", "deleted-0", "uid-deleted", "node-1", "gpu-1", classify.LeakOwnerMissing}}},
-		{"owner recreated with another UID", []any{withTemplateClaim(pod("deleted-0", "uid-other"), "gpu", "t"), ownedBy(claim("deleted-0-gpu", "uid-dg"), deleted, "gpu")},
+		{"owner recreated with another UID", []any{WithTemplateClaim(Pod("deleted-0", "uid-other"), "gpu", "t"), OwnedBy(Claim("deleted-0-gpu", "uid-dg"), deleted, "gpu")},
 			[]leakRow{{"deleted-0-gpu", "deleted-0", "uid-deleted", "", "", classify.LeakOwnerMissing}}},
-		{"owner gone and still reserved: reported once, as pod_missing", []any{reservedFor(ownedBy(allocatedAgo("deleted-0-gpu", time.Hour, gpu("gpu-0")), deleted, "gpu"), deleted)},
+		{"owner gone and still reserved: reported once, as pod_missing", []any{ReservedFor(OwnedBy(allocatedAgo("deleted-0-gpu", time.Hour, gpu("gpu-0")), deleted, "gpu"), deleted)},
 			[]leakRow{{"deleted-0-gpu", "deleted-0", "uid-deleted", "node-1", "gpu-0", classify.LeakPodMissing}}},
 		{"allocated_unreserved past grace", []any{allocatedAgo("prewarmed", 20*time.Minute, gpu("gpu-0"))},
 			[]leakRow{{"prewarmed", "", "", "node-1", "gpu-0", classify.LeakUnreserved}}},
@@ -469,7 +470,7 @@ func TestLeaks(t *testing.T) {
 		{"allocated_unreserved one second past grace", []any{allocatedAgo("just-released", grace+time.Second, gpu("gpu-0"))},
 			[]leakRow{{"just-released", "", "", "node-1", "gpu-0", classify.LeakUnreserved}}},
 		{"allocated_unreserved within grace", []any{allocatedAgo("just-released", 2*time.Minute, gpu("gpu-0"))}, nil},
-		{"per device", []any{reservedFor(allocatedAgo("two-gpus", time.Hour, gpu("gpu-0"), gpu("gpu-1")), pod("gone", "uid-gone"))},
+		{"per device", []any{ReservedFor(allocatedAgo("two-gpus", time.Hour, gpu("gpu-0"), gpu("gpu-1")), Pod("gone", "uid-gone"))},
 			[]leakRow{
 				{"two-gpus", "gone", "uid-gone", "node-1", "gpu-0", classify.LeakPodMissing},
 				{"two-gpus", "gone", "uid-gone", "node-1", "gpu-1", classify.LeakPodMissing},
@@ -485,11 +486,11 @@ func TestLeaks(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := snapshotOf(t, world(tt.objs...)...)
-			got := leakRows(classify.Leaks(s, t0, grace))
+			got := leakRows(classify.Leaks(s, T0, grace))
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("Leaks =\n%+v\nwant\n%+v", got, tt.want)
 			}
-			for _, l := range classify.Leaks(s, t0, grace) {
+			for _, l := range classify.Leaks(s, T0, grace) {
 				if !slices.Contains(classify.LeakReasons, l.Reason) {
 					t.Errorf("unknown leak reason %q", l.Reason)
 				}
@@ -504,7 +505,7 @@ func TestLeaks(t *testing.T) {
 func TestFormat(t *testing.T) {
 	s := snapshotOf(t, world(statusPod(), genClaim(), holder("a", "gpu-0"), holder("b", "gpu-1"))...)
 	var buf bytes.Buffer
-	if err := classify.Format(&buf, classify.Pod(s, s.Pod(index.Key{Namespace: ns, Name: podName}))); err != nil {
+	if err := classify.Format(&buf, classify.Pod(s, s.Pod(index.Key{Namespace: NS, Name: podName}))); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
@@ -530,16 +531,16 @@ func TestFormat(t *testing.T) {
 		objs []any
 		want string
 	}{
-		{"ready", podName, world(ready(bound(statusPod(), "node-1")), reservedFor(allocated(genClaim(), "node-1", t0, result("gpu", "node-1", "gpu-0")), statusPod())), "Verdict: READY  every link passes\n"},
-		{"waiting", podName, world(statusPod(), reservedFor(allocated(genClaim(), "node-1", t0, result("gpu", "node-1", "gpu-0")), statusPod())), "Verdict: WAITING"},
-		{"device plugin", "dp", world(node("dp-node", 8), bound(withLimit(pod("dp", "uid-dp"), gpuResource, 1), "dp-node")), "Verdict: NOT CLASSIFIED  the pod gets its GPUs from the device-plugin lane\n"},
-		{"node layer verdict names node and device", podName, world(bound(statusPod(), "node-1"), reservedFor(allocated(genClaim(), "node-1", t0, result("gpu", "node-1", "gpu-0")), statusPod())),
+		{"ready", podName, world(Ready(Bound(statusPod(), "node-1")), ReservedFor(Allocated(genClaim(), "node-1", T0, Result("gpu", "node-1", "gpu-0")), statusPod())), "Verdict: READY  every link passes\n"},
+		{"waiting", podName, world(statusPod(), ReservedFor(Allocated(genClaim(), "node-1", T0, Result("gpu", "node-1", "gpu-0")), statusPod())), "Verdict: WAITING"},
+		{"device plugin", "dp", world(Node("dp-node", 8), Bound(WithLimit(Pod("dp", "uid-dp"), GPUResource, 1), "dp-node")), "Verdict: NOT CLASSIFIED  the pod gets its GPUs from the device-plugin lane\n"},
+		{"node layer verdict names node and device", podName, world(Bound(statusPod(), "node-1"), ReservedFor(Allocated(genClaim(), "node-1", T0, Result("gpu", "node-1", "gpu-0")), statusPod())),
 			"Verdict: BLOCKED  layer=node  reason=node_prepare_pending  claim=llm-0-gpu  device_class=gpu.nvidia.com  node=node-1  device=gpu-0\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := snapshotOf(t, tc.objs...)
 			var buf bytes.Buffer
-			if err := classify.Format(&buf, classify.Pod(s, s.Pod(index.Key{Namespace: ns, Name: tc.pod}))); err != nil {
+			if err := classify.Format(&buf, classify.Pod(s, s.Pod(index.Key{Namespace: NS, Name: tc.pod}))); err != nil {
 				t.Fatal(err)
 			}
 			if !strings.Contains(buf.String(), tc.want) {
@@ -554,20 +555,20 @@ func TestFormat(t *testing.T) {
 func TestFormatDeterministic(t *testing.T) {
 	// The class selector fails on every device (no profile attribute on
 	// full GPUs) and, for the second pod, several claims hold the devices.
-	broken := deviceClass("broken", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'")
-	objs := []any{gpuClass(), broken, slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5")...),
-		statusPod(), genClaim(request("gpu", "broken")),
-		withClaimStatus(withTemplateClaim(pod("llm-1", "uid-llm-1"), "gpu", "llm-gpu"), "gpu", "llm-1-gpu"),
-		ownedBy(claim("llm-1-gpu", "uid-c1"), pod("llm-1", "uid-llm-1"), "gpu"),
+	broken := DeviceClass("broken", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'")
+	objs := []any{GPUClass(), broken, Slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5")...),
+		statusPod(), genClaim(Request("gpu", "broken")),
+		WithClaimStatus(WithTemplateClaim(Pod("llm-1", "uid-llm-1"), "gpu", "llm-gpu"), "gpu", "llm-1-gpu"),
+		OwnedBy(Claim("llm-1-gpu", "uid-c1"), Pod("llm-1", "uid-llm-1"), "gpu"),
 	}
 	for i := 0; i < 6; i++ {
 		objs = append(objs, holder("h"+string(rune('a'+i)), "gpu-"+string(rune('0'+i))))
 	}
-	ix := build(t, index.Config{Now: func() time.Time { return t0 }}, objs...)
+	ix := Build(t, index.Config{Now: func() time.Time { return T0 }}, objs...)
 	render := func(name string) string {
 		s := ix.Snapshot()
 		var buf bytes.Buffer
-		if err := classify.Format(&buf, classify.Pod(s, s.Pod(index.Key{Namespace: ns, Name: name}))); err != nil {
+		if err := classify.Format(&buf, classify.Pod(s, s.Pod(index.Key{Namespace: NS, Name: name}))); err != nil {
 			t.Fatal(err)
 		}
 		return buf.String()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
@@ -58,8 +59,8 @@ func (g *fuzzBytes) oneIn(n int) bool { return g.intn(n) == n-1 }
 func pick[T any](g *fuzzBytes, list []T) T { return list[g.intn(len(list))] }
 
 var fuzzClasses = []struct{ name, expr string }{
-	{gpuClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"},
-	{migClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"},
+	{GPUClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"},
+	{MIGClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"},
 	{"h100", "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA H100')"},
 	{"profiled", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'"}, // runtime error on full GPUs
 	{"broken", "device.driver =="}, // compile error
@@ -75,7 +76,7 @@ var fuzzRequestSelectors = []string{
 	"device.driver ==",
 }
 
-var fuzzExtendedResources = []string{"", gpuResource, "example.com/big-gpu", resourceapi.ResourceDeviceClassPrefix + gpuClassName}
+var fuzzExtendedResources = []string{"", GPUResource, "example.com/big-gpu", resourceapi.ResourceDeviceClassPrefix + GPUClassName}
 
 // fuzzWorld is a well-formed set of objects, plus what a second build
 // feeds around them: older versions of some objects (stale) and objects
@@ -100,14 +101,14 @@ func genWorld(g *fuzzBytes) *fuzzWorld {
 		if !g.coin() {
 			continue
 		}
-		c := deviceClass(fc.name, fc.expr)
+		c := DeviceClass(fc.name, fc.expr)
 		if ext := pick(g, fuzzExtendedResources[:3]); ext != "" {
-			c.Spec.ExtendedResourceName = ptr(ext)
+			c.Spec.ExtendedResourceName = Ptr(ext)
 		}
 		classNames = append(classNames, fc.name)
 		var stale []any
 		if g.oneIn(4) {
-			stale = append(stale, deviceClass(fc.name, "device.driver == 'other.example.com'"))
+			stale = append(stale, DeviceClass(fc.name, "device.driver == 'other.example.com'"))
 		}
 		w.add(c, stale...)
 	}
@@ -118,11 +119,11 @@ func genWorld(g *fuzzBytes) *fuzzWorld {
 	for i := range nodeNames {
 		nodeNames[i] = fmt.Sprintf("node-%d", i)
 		if g.coin() {
-			w.add(node(nodeNames[i], int64(g.intn(3))))
+			w.add(Node(nodeNames[i], int64(g.intn(3))))
 		}
 	}
 	if g.coin() {
-		w.add(node("dp-node", int64(1+g.intn(8))))
+		w.add(Node("dp-node", int64(1+g.intn(8))))
 	}
 	pools := append(slices.Clone(nodeNames), "fabric")
 
@@ -147,62 +148,62 @@ func genWorld(g *fuzzBytes) *fuzzWorld {
 	var pods []podInfo
 	for k, n := 0, g.intn(7); k < n; k++ {
 		name := fmt.Sprintf("p-%d", k)
-		p := pod(name, "uid-"+name)
+		p := Pod(name, "uid-"+name)
 		info := podInfo{}
 		for j, n := 0, g.intn(3); j < n; j++ {
 			if g.coin() {
-				p = withTemplateClaim(p, fmt.Sprintf("c%d", j), "tmpl")
+				p = WithTemplateClaim(p, fmt.Sprintf("c%d", j), "tmpl")
 				info.templates = append(info.templates, j)
 				switch g.intn(3) {
 				case 1:
-					p = withClaimStatus(p, fmt.Sprintf("c%d", j), fmt.Sprintf("%s-c%d", name, j))
+					p = WithClaimStatus(p, fmt.Sprintf("c%d", j), fmt.Sprintf("%s-c%d", name, j))
 				case 2:
 					p.Status.ResourceClaimStatuses = append(p.Status.ResourceClaimStatuses, corev1.PodResourceClaimStatus{Name: fmt.Sprintf("c%d", j)})
 				}
 			} else {
-				p = withNamedClaim(p, fmt.Sprintf("c%d", j), fmt.Sprintf("shared-%d", g.intn(3)))
+				p = WithNamedClaim(p, fmt.Sprintf("c%d", j), fmt.Sprintf("shared-%d", g.intn(3)))
 			}
 		}
 		if g.coin() {
 			res := pick(g, fuzzExtendedResources[1:])
-			p = withLimit(p, res, int64(1+g.intn(2)))
+			p = WithLimit(p, res, int64(1+g.intn(2)))
 			info.extended = true
 			if g.oneIn(3) {
-				p = withExtendedClaimStatus(p, name+"-ext")
+				p = WithExtendedClaimStatus(p, name+"-ext")
 			}
 		}
 		if r := g.intn(nNodes + 2); r < nNodes {
-			p = bound(p, nodeNames[r])
+			p = Bound(p, nodeNames[r])
 		} else if r == nNodes {
-			p = bound(p, "dp-node")
+			p = Bound(p, "dp-node")
 		}
 		switch g.intn(6) {
 		case 1:
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
 		case 2:
-			p = running(p)
+			p = Running(p)
 		case 3:
-			p = ready(p)
+			p = Ready(p)
 		case 4:
-			p = finished(p, corev1.PodSucceeded)
+			p = Finished(p, corev1.PodSucceeded)
 		case 5:
-			p = finished(p, corev1.PodFailed)
+			p = Finished(p, corev1.PodFailed)
 		}
 		if g.coin() {
 			p.Labels = map[string]string{"app": pick(g, []string{"llm", "batch"}), "other": "x"}
 		}
 		if g.oneIn(5) {
-			p.DeletionTimestamp = ptr(metav1.NewTime(t0))
+			p.DeletionTimestamp = Ptr(metav1.NewTime(T0))
 		}
 		var stale []any
 		switch g.intn(4) {
 		case 1: // seen earlier, before it was bound or started
-			old := pod(name, "uid-"+name)
+			old := Pod(name, "uid-"+name)
 			old.Spec = *p.Spec.DeepCopy()
 			old.Spec.NodeName = ""
 			stale = append(stale, old)
 		case 2: // a previous pod of the same name
-			stale = append(stale, withTemplateClaim(pod(name, "uid-"+name+"-previous"), "c0", "tmpl"))
+			stale = append(stale, WithTemplateClaim(Pod(name, "uid-"+name+"-previous"), "c0", "tmpl"))
 		}
 		info.obj = p
 		pods = append(pods, info)
@@ -216,7 +217,7 @@ func genWorld(g *fuzzBytes) *fuzzWorld {
 		var stale []any
 		switch g.intn(5) {
 		case 1: // an earlier version, before allocation
-			stale = append(stale, deallocated(c))
+			stale = append(stale, Deallocated(c))
 		case 2: // a deleted claim of the same name
 			old := c.DeepCopy()
 			old.UID = types.UID(string(c.UID) + "-previous")
@@ -231,22 +232,22 @@ func genWorld(g *fuzzBytes) *fuzzWorld {
 			}
 			owner := p.obj
 			if g.oneIn(5) {
-				owner = pod(owner.Name, "uid-gone-"+owner.Name)
+				owner = Pod(owner.Name, "uid-gone-"+owner.Name)
 			}
-			addClaim(ownedBy(claim(fmt.Sprintf("%s-c%d", p.obj.Name, j), fmt.Sprintf("uid-claim-%s-c%d", p.obj.Name, j), genRequests(g, requestClasses)...), owner, fmt.Sprintf("c%d", j)))
+			addClaim(OwnedBy(Claim(fmt.Sprintf("%s-c%d", p.obj.Name, j), fmt.Sprintf("uid-claim-%s-c%d", p.obj.Name, j), genRequests(g, requestClasses)...), owner, fmt.Sprintf("c%d", j)))
 		}
 		if p.extended && g.coin() {
-			addClaim(extendedFor(claim(p.obj.Name+"-ext", "uid-claim-"+p.obj.Name+"-ext", request("container-0-request-0", pick(g, requestClasses))), p.obj))
+			addClaim(ExtendedFor(Claim(p.obj.Name+"-ext", "uid-claim-"+p.obj.Name+"-ext", Request("container-0-request-0", pick(g, requestClasses))), p.obj))
 		}
 	}
 	for k := 0; k < 3; k++ {
 		if g.coin() {
-			addClaim(claim(fmt.Sprintf("shared-%d", k), fmt.Sprintf("uid-shared-%d", k), genRequests(g, requestClasses)...))
+			addClaim(Claim(fmt.Sprintf("shared-%d", k), fmt.Sprintf("uid-shared-%d", k), genRequests(g, requestClasses)...))
 		}
 	}
 	if g.oneIn(3) {
 		// An orphan generated claim whose pod is long gone.
-		addClaim(ownedBy(claim("orphan", "uid-orphan"), pod("gone", "uid-gone"), "c0"))
+		addClaim(OwnedBy(Claim("orphan", "uid-orphan"), Pod("gone", "uid-gone"), "c0"))
 	}
 
 	// Events.
@@ -261,20 +262,20 @@ func genWorld(g *fuzzBytes) *fuzzWorld {
 		for k, n := 0, g.intn(5); k < n; k++ {
 			p := pick(g, pods).obj
 			r := pick(g, reasons)
-			at := t0.Add(-time.Duration(g.intn(30)) * time.Minute)
+			at := T0.Add(-time.Duration(g.intn(30)) * time.Minute)
 			if g.oneIn(3) {
-				p = pod(p.Name, "uid-previous")
+				p = Pod(p.Name, "uid-previous")
 			}
 			name := fmt.Sprintf("ev-%d", k)
 			if g.oneIn(3) {
 				w.add(&eventsv1.Event{
-					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-					Regarding:  corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: p.Name, UID: p.UID},
+					ObjectMeta: metav1.ObjectMeta{Namespace: NS, Name: name},
+					Regarding:  corev1.ObjectReference{Kind: "Pod", Namespace: NS, Name: p.Name, UID: p.UID},
 					Reason:     r.reason, Note: r.message, Type: corev1.EventTypeWarning,
 					EventTime: metav1.NewMicroTime(at), ReportingController: "default-scheduler",
 				})
 			} else {
-				w.add(event(name, p, r.reason, r.message, at))
+				w.add(Event(name, p, r.reason, r.message, at))
 			}
 		}
 	}
@@ -285,13 +286,13 @@ func genWorld(g *fuzzBytes) *fuzzWorld {
 		w.decoys = append(w.decoys, genSlice(g, "decoy-slice", nodeNames[0], 0, 9))
 	}
 	if g.coin() {
-		w.decoys = append(w.decoys, allocated(claim("decoy-claim", "uid-decoy-claim"), nodeNames[0], t0, result("gpu", nodeNames[0], "gpu-0")))
+		w.decoys = append(w.decoys, Allocated(Claim("decoy-claim", "uid-decoy-claim"), nodeNames[0], T0, Result("gpu", nodeNames[0], "gpu-0")))
 	}
 	if g.coin() {
-		w.decoys = append(w.decoys, deviceClass("decoy-class", "device.driver == 'gpu.nvidia.com'"))
+		w.decoys = append(w.decoys, DeviceClass("decoy-class", "device.driver == 'gpu.nvidia.com'"))
 	}
 	if g.coin() {
-		w.decoys = append(w.decoys, withTemplateClaim(pod("decoy-pod", "uid-decoy-pod"), "c0", "tmpl"), node("decoy-node", 4))
+		w.decoys = append(w.decoys, WithTemplateClaim(Pod("decoy-pod", "uid-decoy-pod"), "c0", "tmpl"), Node("decoy-node", 4))
 	}
 	return w
 }
@@ -309,10 +310,10 @@ func genSlice(g *fuzzBytes, name, nodeName string, nodeIdx int, generation ...in
 	if len(generation) > 0 {
 		gen = generation[0]
 	}
-	s := slice(name, nodeName, gen)
+	s := Slice(name, nodeName, gen)
 	if g.oneIn(5) {
 		s.Spec.NodeName = nil
-		s.Spec.AllNodes = ptr(true)
+		s.Spec.AllNodes = Ptr(true)
 		s.Spec.Pool.Name = "fabric"
 	}
 	if g.oneIn(3) {
@@ -328,27 +329,27 @@ func genSlice(g *fuzzBytes, name, nodeName string, nodeIdx int, generation ...in
 		uuid := fmt.Sprintf("GPU-%d-%s", nodeIdx, dname)
 		var d resourceapi.Device
 		if g.coin() {
-			d = gpuDevice(dname, uuid)
-			d.Attributes["productName"] = strAttr(pick(g, []string{"NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"}))
+			d = GPUDevice(dname, uuid)
+			d.Attributes["productName"] = StrAttr(pick(g, []string{"NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-40GB"}))
 		} else {
-			d = migDevice(dname, "MIG"+uuid[3:], uuid, pick(g, []string{"1g.5gb", "3g.20gb"}), pick(g, []string{"5Gi", "20Gi"}))
+			d = MIGDevice(dname, "MIG"+uuid[3:], uuid, pick(g, []string{"1g.5gb", "3g.20gb"}), pick(g, []string{"5Gi", "20Gi"}))
 		}
 		d.Capacity["memory"] = resourceapi.DeviceCapacity{Value: resource.MustParse(pick(g, []string{"5Gi", "20Gi", "40Gi", "80Gi"}))}
 		if g.oneIn(3) {
-			d = consumes(d, pick(g, []string{"cs-0", "cs-unpublished"}), pick(g, []string{"20Gi", "40Gi"}))
+			d = Consumes(d, pick(g, []string{"cs-0", "cs-unpublished"}), pick(g, []string{"20Gi", "40Gi"}))
 		}
 		if g.oneIn(5) {
 			d.Taints = []resourceapi.DeviceTaint{{Key: "xid", Effect: pick(g, []resourceapi.DeviceTaintEffect{
 				resourceapi.DeviceTaintEffectNoSchedule, resourceapi.DeviceTaintEffectNoExecute, resourceapi.DeviceTaintEffectNone})}}
 		}
 		if g.oneIn(6) {
-			d.AllowMultipleAllocations = ptr(true)
+			d.AllowMultipleAllocations = Ptr(true)
 		}
 		if g.oneIn(4) {
 			// Qualified attribute names, as some drivers publish them.
 			attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{}
 			for k, v := range d.Attributes {
-				attrs[resourceapi.QualifiedName(driver+"/"+string(k))] = v
+				attrs[resourceapi.QualifiedName(Driver+"/"+string(k))] = v
 			}
 			d.Attributes = attrs
 		}
@@ -366,16 +367,16 @@ func genRequests(g *fuzzBytes, classes []string) []resourceapi.DeviceRequest {
 			for _, sub := range []string{"a", "b"} {
 				sr := resourceapi.DeviceSubRequest{Name: sub, DeviceClassName: pick(g, classes), AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1}
 				if sel := pick(g, fuzzRequestSelectors); sel != "" {
-					sr.Selectors = cel(sel)
+					sr.Selectors = CEL(sel)
 				}
 				subs = append(subs, sr)
 			}
 			out = append(out, resourceapi.DeviceRequest{Name: name, FirstAvailable: subs})
 			continue
 		}
-		req := request(name, pick(g, classes))
+		req := Request(name, pick(g, classes))
 		if sel := pick(g, fuzzRequestSelectors); sel != "" {
-			req.Exactly.Selectors = cel(sel)
+			req.Exactly.Selectors = CEL(sel)
 		}
 		if g.oneIn(4) {
 			req.Exactly.AllocationMode, req.Exactly.Count = resourceapi.DeviceAllocationModeAll, 0
@@ -383,7 +384,7 @@ func genRequests(g *fuzzBytes, classes []string) []resourceapi.DeviceRequest {
 			req.Exactly.Count = int64(1 + g.intn(2))
 		}
 		if g.oneIn(6) {
-			req.Exactly.AdminAccess = ptr(true)
+			req.Exactly.AdminAccess = Ptr(true)
 		}
 		out = append(out, req)
 	}
@@ -407,35 +408,35 @@ func genClaimState(g *fuzzBytes, c *resourceapi.ResourceClaim, classes, pools, n
 			reqName += "/" + pick(g, []string{"a", "b"})
 		}
 		for k, n := 0, 1+g.intn(2); k < n; k++ {
-			res := result(reqName, pick(g, pools), fmt.Sprintf("gpu-%d", g.intn(4)))
+			res := Result(reqName, pick(g, pools), fmt.Sprintf("gpu-%d", g.intn(4)))
 			if admin {
-				res.AdminAccess = ptr(true)
+				res.AdminAccess = Ptr(true)
 			}
 			results = append(results, res)
 		}
 	}
 	var at time.Time
 	if g.coin() {
-		at = t0.Add(-time.Duration(g.intn(60)) * time.Minute)
+		at = T0.Add(-time.Duration(g.intn(60)) * time.Minute)
 	}
 	nodeName := ""
 	if g.coin() {
 		nodeName = pick(g, nodes)
 	}
-	c = allocated(c, nodeName, at, results...)
+	c = Allocated(c, nodeName, at, results...)
 	var holders []*corev1.Pod
 	for _, p := range pods {
 		if g.oneIn(3) {
 			if g.oneIn(4) {
-				p = pod(p.Name, "uid-"+p.Name+"-previous")
+				p = Pod(p.Name, "uid-"+p.Name+"-previous")
 			}
 			holders = append(holders, p)
 		}
 	}
 	if g.oneIn(4) {
-		holders = append(holders, pod("ghost", "uid-ghost"))
+		holders = append(holders, Pod("ghost", "uid-ghost"))
 	}
-	return reservedFor(c, holders...)
+	return ReservedFor(c, holders...)
 }
 
 // op is one index change.
@@ -551,7 +552,7 @@ func apply(t *testing.T, ix *index.Index, o op, live bool) {
 func render(t *testing.T, ix *index.Index, what string) string {
 	t.Helper()
 	h := &recordingHandler{}
-	out, err := offline.Render(collector.NewExporter(ix, func() time.Time { return t0 }, false, slog.New(h), fuzzCollectors()...))
+	out, err := offline.Render(collector.NewExporter(ix, func() time.Time { return T0 }, false, slog.New(h), fuzzCollectors()...))
 	if err != nil {
 		t.Fatalf("%s: render: %v", what, err)
 	}
@@ -586,7 +587,7 @@ func checkSnapshot(t *testing.T, s *index.Snapshot) {
 			t.Errorf("Format: %v", err)
 		}
 	}
-	for _, l := range classify.Leaks(s, t0, 5*time.Minute) {
+	for _, l := range classify.Leaks(s, T0, 5*time.Minute) {
 		if !slices.Contains(classify.LeakReasons, l.Reason) {
 			t.Errorf("claim %s: leak reason %q", l.Claim.Key, l.Reason)
 		}
@@ -641,7 +642,7 @@ func runFuzzIndex(t *testing.T, data []byte) {
 	h := fnv.New64a()
 	h.Write(data)
 	rng := rand.New(rand.NewPCG(h.Sum64(), 0x5eed))
-	cfg := index.Config{Now: func() time.Time { return t0 }, DevicePluginResources: []string{gpuResource}}
+	cfg := index.Config{Now: func() time.Time { return T0 }, DevicePluginResources: []string{GPUResource}}
 
 	// A: the final objects in generation order, as an initial list.
 	a := index.New(cfg)
@@ -665,9 +666,9 @@ func runFuzzIndex(t *testing.T, data []byte) {
 
 	// C: the same changes live, with a ticking clock and the latency
 	// tracker on; then everything is deleted.
-	now := t0.Add(-time.Hour)
+	now := T0.Add(-time.Hour)
 	clock := func() time.Time { return now }
-	c := index.New(index.Config{Now: clock, Observer: checkingObserver{t: t, now: clock}, DevicePluginResources: []string{gpuResource}})
+	c := index.New(index.Config{Now: clock, Observer: checkingObserver{t: t, now: clock}, DevicePluginResources: []string{GPUResource}})
 	for _, o := range ops {
 		now = now.Add(time.Duration(1+rng.IntN(3000)) * time.Millisecond)
 		apply(t, c, o, true)

@@ -1,6 +1,7 @@
 package index_test
 
 import (
+	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 	"slices"
 	"strings"
 	"testing"
@@ -19,14 +20,14 @@ import (
 func gpus(names ...string) []resourceapi.Device {
 	out := make([]resourceapi.Device, len(names))
 	for i, n := range names {
-		out[i] = gpuDevice(n, "GPU-"+n)
+		out[i] = GPUDevice(n, "GPU-"+n)
 	}
 	return out
 }
 
 func TestPoolNewestGenerationWins(t *testing.T) {
-	gen1 := slice("node-1-gen1", "node-1", 1, gpus("gpu-0", "gpu-1", "gpu-2", "gpu-3")...)
-	gen2 := slice("node-1-gen2", "node-1", 2, gpus("gpu-0", "gpu-1", "gpu-2")...)
+	gen1 := Slice("node-1-gen1", "node-1", 1, gpus("gpu-0", "gpu-1", "gpu-2", "gpu-3")...)
+	gen2 := Slice("node-1-gen2", "node-1", 2, gpus("gpu-0", "gpu-1", "gpu-2")...)
 	for _, tc := range []struct {
 		name  string
 		order []*resourceapi.ResourceSlice
@@ -35,13 +36,13 @@ func TestPoolNewestGenerationWins(t *testing.T) {
 		{"new generation first", []*resourceapi.ResourceSlice{gen2, gen1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ix := build(t, index.Config{}, gpuClass())
+			ix := Build(t, index.Config{}, GPUClass())
 			for _, s := range tc.order {
-				upsert(t, ix, s, true)
+				Upsert(t, ix, s, true)
 			}
 			s := ix.Snapshot()
 			want := []string{"node-1/gpu-0", "node-1/gpu-1", "node-1/gpu-2"}
-			if got := deviceNames(s); !slices.Equal(got, want) {
+			if got := DeviceNames(s); !slices.Equal(got, want) {
 				t.Fatalf("devices = %v, want %v (generation 2 only)", got, want)
 			}
 			for _, d := range s.Devices {
@@ -49,16 +50,16 @@ func TestPoolNewestGenerationWins(t *testing.T) {
 					t.Errorf("device %s comes from slice %s, want %s", d.Key, d.Slice, gen2.Name)
 				}
 			}
-			if got := classDeviceNames(s, gpuClassName); !slices.Equal(got, want) {
+			if got := ClassDeviceNames(s, GPUClassName); !slices.Equal(got, want) {
 				t.Errorf("class devices = %v, want %v", got, want)
 			}
 
 			// The driver deletes the new generation (rollback): the
 			// old one is all that is left and counts again.
-			del(t, ix, gen2)
+			Del(t, ix, gen2)
 			s = ix.Snapshot()
 			want = []string{"node-1/gpu-0", "node-1/gpu-1", "node-1/gpu-2", "node-1/gpu-3"}
-			if got := deviceNames(s); !slices.Equal(got, want) {
+			if got := DeviceNames(s); !slices.Equal(got, want) {
 				t.Fatalf("after deleting generation 2: devices = %v, want %v", got, want)
 			}
 			for _, d := range s.Devices {
@@ -66,12 +67,12 @@ func TestPoolNewestGenerationWins(t *testing.T) {
 					t.Errorf("device %s comes from slice %s, want %s", d.Key, d.Slice, gen1.Name)
 				}
 			}
-			if got := classDeviceNames(s, gpuClassName); !slices.Equal(got, want) {
+			if got := ClassDeviceNames(s, GPUClassName); !slices.Equal(got, want) {
 				t.Errorf("class devices = %v, want %v", got, want)
 			}
 
-			del(t, ix, gen1)
-			if got := deviceNames(ix.Snapshot()); len(got) != 0 {
+			Del(t, ix, gen1)
+			if got := DeviceNames(ix.Snapshot()); len(got) != 0 {
 				t.Errorf("after deleting every slice: devices = %v, want none", got)
 			}
 		})
@@ -79,72 +80,72 @@ func TestPoolNewestGenerationWins(t *testing.T) {
 }
 
 func TestPoolSpanningSlices(t *testing.T) {
-	a := slice("node-2-a", "node-2", 3, gpus("gpu-0", "gpu-1")...)
-	b := slice("node-2-b", "node-2", 3, gpus("gpu-2", "gpu-3")...)
+	a := Slice("node-2-a", "node-2", 3, gpus("gpu-0", "gpu-1")...)
+	b := Slice("node-2-b", "node-2", 3, gpus("gpu-2", "gpu-3")...)
 	a.Spec.Pool.ResourceSliceCount, b.Spec.Pool.ResourceSliceCount = 2, 2
-	ix := build(t, index.Config{}, gpuClass(), a, b)
+	ix := Build(t, index.Config{}, GPUClass(), a, b)
 
 	s := ix.Snapshot()
 	want := []string{"node-2/gpu-0", "node-2/gpu-1", "node-2/gpu-2", "node-2/gpu-3"}
-	if got := deviceNames(s); !slices.Equal(got, want) {
+	if got := DeviceNames(s); !slices.Equal(got, want) {
 		t.Fatalf("devices = %v, want %v", got, want)
 	}
-	if d := s.Device(devKey("node-2", "gpu-3")); d == nil || d.Slice != "node-2-b" || d.Node != "node-2" {
+	if d := s.Device(DevKey("node-2", "gpu-3")); d == nil || d.Slice != "node-2-b" || d.Node != "node-2" {
 		t.Errorf("gpu-3 = %+v, want slice node-2-b on node-2", d)
 	}
 
-	del(t, ix, a)
+	Del(t, ix, a)
 	want = []string{"node-2/gpu-2", "node-2/gpu-3"}
-	if got := deviceNames(ix.Snapshot()); !slices.Equal(got, want) {
+	if got := DeviceNames(ix.Snapshot()); !slices.Equal(got, want) {
 		t.Errorf("after deleting one slice of the pool: devices = %v, want %v", got, want)
 	}
 }
 
 func TestSliceMovedBetweenPools(t *testing.T) {
-	s1 := slice("shared-slice", "node-a", 1, gpus("gpu-0", "gpu-1")...)
-	other := slice("node-b-slice", "node-b", 1, gpus("gpu-7")...)
-	ix := build(t, index.Config{}, gpuClass(), s1, other)
+	s1 := Slice("shared-slice", "node-a", 1, gpus("gpu-0", "gpu-1")...)
+	other := Slice("node-b-slice", "node-b", 1, gpus("gpu-7")...)
+	ix := Build(t, index.Config{}, GPUClass(), s1, other)
 
-	moved := slice("shared-slice", "node-b", 1, gpus("gpu-0", "gpu-1")...)
-	upsert(t, ix, moved, true)
+	moved := Slice("shared-slice", "node-b", 1, gpus("gpu-0", "gpu-1")...)
+	Upsert(t, ix, moved, true)
 	s := ix.Snapshot()
 	want := []string{"node-b/gpu-0", "node-b/gpu-1", "node-b/gpu-7"}
-	if got := deviceNames(s); !slices.Equal(got, want) {
+	if got := DeviceNames(s); !slices.Equal(got, want) {
 		t.Fatalf("after the slice moved to pool node-b: devices = %v, want %v", got, want)
 	}
-	if d := s.Device(devKey("node-a", "gpu-0")); d != nil {
+	if d := s.Device(DevKey("node-a", "gpu-0")); d != nil {
 		t.Errorf("device of the old pool still present: %+v", d.Key)
 	}
-	if got := classDeviceNames(s, gpuClassName); !slices.Equal(got, want) {
+	if got := ClassDeviceNames(s, GPUClassName); !slices.Equal(got, want) {
 		t.Errorf("class devices = %v, want %v", got, want)
 	}
 
-	del(t, ix, moved)
+	Del(t, ix, moved)
 	want = []string{"node-b/gpu-7"}
-	if got := deviceNames(ix.Snapshot()); !slices.Equal(got, want) {
+	if got := DeviceNames(ix.Snapshot()); !slices.Equal(got, want) {
 		t.Errorf("after deleting the moved slice: devices = %v, want %v", got, want)
 	}
 }
 
 func TestClassUpdateRematchesDevices(t *testing.T) {
-	node1 := slice("node-1", "node-1", 1,
-		gpuDevice("gpu-0", "GPU-0"),
-		migDevice("gpu-1-mig-1g5gb-0-0", "MIG-0", "GPU-1", "1g.5gb", "4864Mi"))
-	flexible := deviceClass("flex", "device.attributes['gpu.nvidia.com'].type == 'gpu'")
-	ix := build(t, index.Config{}, flexible, node1)
+	node1 := Slice("node-1", "node-1", 1,
+		GPUDevice("gpu-0", "GPU-0"),
+		MIGDevice("gpu-1-mig-1g5gb-0-0", "MIG-0", "GPU-1", "1g.5gb", "4864Mi"))
+	flexible := DeviceClass("flex", "device.attributes['gpu.nvidia.com'].type == 'gpu'")
+	ix := Build(t, index.Config{}, flexible, node1)
 
 	before := ix.Snapshot()
-	if got := classDeviceNames(before, "flex"); !slices.Equal(got, []string{"node-1/gpu-0"}) {
+	if got := ClassDeviceNames(before, "flex"); !slices.Equal(got, []string{"node-1/gpu-0"}) {
 		t.Fatalf("before the update: class flex selects %v, want [node-1/gpu-0]", got)
 	}
-	gpuBefore := before.Device(devKey("node-1", "gpu-0"))
+	gpuBefore := before.Device(DevKey("node-1", "gpu-0"))
 
-	upsert(t, ix, deviceClass("flex", "device.attributes['gpu.nvidia.com'].type == 'mig'"), true)
+	Upsert(t, ix, DeviceClass("flex", "device.attributes['gpu.nvidia.com'].type == 'mig'"), true)
 	after := ix.Snapshot()
-	if got := classDeviceNames(after, "flex"); !slices.Equal(got, []string{"node-1/gpu-1-mig-1g5gb-0-0"}) {
+	if got := ClassDeviceNames(after, "flex"); !slices.Equal(got, []string{"node-1/gpu-1-mig-1g5gb-0-0"}) {
 		t.Errorf("after the update: class flex selects %v, want the MIG device", got)
 	}
-	if d := after.Device(devKey("node-1", "gpu-0")); d == nil || slices.Contains(d.Classes, "flex") {
+	if d := after.Device(DevKey("node-1", "gpu-0")); d == nil || slices.Contains(d.Classes, "flex") {
 		t.Errorf("after the update gpu-0 classes = %v, want flex gone", d.Classes)
 	}
 
@@ -153,16 +154,16 @@ func TestClassUpdateRematchesDevices(t *testing.T) {
 	if !slices.Equal(gpuBefore.Classes, []string{"flex"}) {
 		t.Errorf("a device held by an earlier snapshot changed: classes %v, want [flex]", gpuBefore.Classes)
 	}
-	if got := classDeviceNames(before, "flex"); !slices.Equal(got, []string{"node-1/gpu-0"}) {
+	if got := ClassDeviceNames(before, "flex"); !slices.Equal(got, []string{"node-1/gpu-0"}) {
 		t.Errorf("earlier snapshot now says class flex selects %v", got)
 	}
-	if d := before.Device(devKey("node-1", "gpu-1-mig-1g5gb-0-0")); slices.Contains(d.Classes, "flex") {
+	if d := before.Device(DevKey("node-1", "gpu-1-mig-1g5gb-0-0")); slices.Contains(d.Classes, "flex") {
 		t.Errorf("the MIG device held by an earlier snapshot gained class flex")
 	}
 
 	// An update with the same selectors changes nothing.
-	upsert(t, ix, deviceClass("flex", "device.attributes['gpu.nvidia.com'].type == 'mig'"), true)
-	if got := classDeviceNames(ix.Snapshot(), "flex"); !slices.Equal(got, []string{"node-1/gpu-1-mig-1g5gb-0-0"}) {
+	Upsert(t, ix, DeviceClass("flex", "device.attributes['gpu.nvidia.com'].type == 'mig'"), true)
+	if got := ClassDeviceNames(ix.Snapshot(), "flex"); !slices.Equal(got, []string{"node-1/gpu-1-mig-1g5gb-0-0"}) {
 		t.Errorf("after a no-op update: class flex selects %v", got)
 	}
 }
@@ -172,19 +173,19 @@ func TestClassUpdateRematchesDevices(t *testing.T) {
 // snapshot (and a concurrent scrape) holds that device.
 func TestClassUpdateDoesNotMutateEarlierSnapshotErrors(t *testing.T) {
 	// "broken" fails on every full GPU: they have no profile attribute.
-	broken := deviceClass("broken", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'")
-	flex := deviceClass("flex", "device.attributes['gpu.nvidia.com'].type == 'mig'")
-	ix := build(t, index.Config{}, broken, flex, slice("node-1", "node-1", 1, gpus("gpu-0")...))
+	broken := DeviceClass("broken", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'")
+	flex := DeviceClass("flex", "device.attributes['gpu.nvidia.com'].type == 'mig'")
+	ix := Build(t, index.Config{}, broken, flex, Slice("node-1", "node-1", 1, gpus("gpu-0")...))
 
 	before := ix.Snapshot()
-	d := before.Device(devKey("node-1", "gpu-0"))
+	d := before.Device(DevKey("node-1", "gpu-0"))
 	if _, ok := d.ClassErrors["broken"]; !ok || len(d.ClassErrors) != 1 {
 		t.Fatalf("before: ClassErrors = %v, want only class broken", d.ClassErrors)
 	}
 
 	// flex now fails on the device too.
-	upsert(t, ix, deviceClass("flex", "device.attributes['gpu.nvidia.com'].parentUUID == 'GPU-x'"), true)
-	after := ix.Snapshot().Device(devKey("node-1", "gpu-0"))
+	Upsert(t, ix, DeviceClass("flex", "device.attributes['gpu.nvidia.com'].parentUUID == 'GPU-x'"), true)
+	after := ix.Snapshot().Device(DevKey("node-1", "gpu-0"))
 	if _, ok := after.ClassErrors["flex"]; !ok {
 		t.Errorf("after: ClassErrors = %v, want an error for flex", after.ClassErrors)
 	}
@@ -194,14 +195,14 @@ func TestClassUpdateDoesNotMutateEarlierSnapshotErrors(t *testing.T) {
 }
 
 func TestClassDeletion(t *testing.T) {
-	ix := build(t, index.Config{}, gpuClass(), migClass(), slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1")...))
+	ix := Build(t, index.Config{}, GPUClass(), MIGClass(), Slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1")...))
 	before := ix.Snapshot()
-	del(t, ix, gpuClass())
+	Del(t, ix, GPUClass())
 	s := ix.Snapshot()
-	if s.Class(gpuClassName) != nil {
+	if s.Class(GPUClassName) != nil {
 		t.Errorf("deleted class still in the snapshot")
 	}
-	if got := classDeviceNames(s, gpuClassName); len(got) != 0 {
+	if got := ClassDeviceNames(s, GPUClassName); len(got) != 0 {
 		t.Errorf("deleted class still selects %v", got)
 	}
 	for _, d := range s.Devices {
@@ -210,40 +211,40 @@ func TestClassDeletion(t *testing.T) {
 		}
 	}
 	for _, row := range s.ClassCapacity() {
-		if row.DeviceClass == gpuClassName {
+		if row.DeviceClass == GPUClassName {
 			t.Errorf("ClassCapacity still reports the deleted class: %+v", row)
 		}
 	}
-	if got := classDeviceNames(before, gpuClassName); len(got) != 2 {
+	if got := ClassDeviceNames(before, GPUClassName); len(got) != 2 {
 		t.Errorf("the earlier snapshot lost the class membership: %v", got)
 	}
 	// Deleting a class that does not exist is harmless.
-	del(t, ix, deviceClass("never-existed"))
+	Del(t, ix, DeviceClass("never-existed"))
 }
 
 func TestDeviceNode(t *testing.T) {
 	perDevice := func(devs ...resourceapi.Device) *resourceapi.ResourceSlice {
-		s := slice("network", "unused", 1, devs...)
+		s := Slice("network", "unused", 1, devs...)
 		s.Spec.NodeName = nil
 		s.Spec.Pool.Name = "fabric"
-		s.Spec.PerDeviceNodeSelection = ptr(true)
+		s.Spec.PerDeviceNodeSelection = Ptr(true)
 		return s
 	}
-	onNode := gpuDevice("gpu-0", "GPU-0")
-	onNode.NodeName = ptr("node-7")
-	everywhere := gpuDevice("gpu-1", "GPU-1")
-	everywhere.AllNodes = ptr(true)
-	selected := gpuDevice("gpu-2", "GPU-2")
-	selected.NodeSelector = nodeSelector("node-8")
+	onNode := GPUDevice("gpu-0", "GPU-0")
+	onNode.NodeName = Ptr("node-7")
+	everywhere := GPUDevice("gpu-1", "GPU-1")
+	everywhere.AllNodes = Ptr(true)
+	selected := GPUDevice("gpu-2", "GPU-2")
+	selected.NodeSelector = NodeSelector("node-8")
 
-	allNodes := slice("all", "unused", 1, gpus("gpu-0")...)
+	allNodes := Slice("all", "unused", 1, gpus("gpu-0")...)
 	allNodes.Spec.NodeName = nil
-	allNodes.Spec.AllNodes = ptr(true)
+	allNodes.Spec.AllNodes = Ptr(true)
 	allNodes.Spec.Pool.Name = "cluster-pool"
 
-	sliceSelector := slice("rack", "unused", 1, gpus("gpu-0")...)
+	sliceSelector := Slice("rack", "unused", 1, gpus("gpu-0")...)
 	sliceSelector.Spec.NodeName = nil
-	sliceSelector.Spec.NodeSelector = nodeSelector("node-9")
+	sliceSelector.Spec.NodeSelector = NodeSelector("node-9")
 	sliceSelector.Spec.Pool.Name = "rack-pool"
 
 	tests := []struct {
@@ -252,19 +253,19 @@ func TestDeviceNode(t *testing.T) {
 		dev   index.DeviceKey
 		want  string
 	}{
-		{"slice nodeName", slice("node-1", "node-1", 1, gpus("gpu-0")...), devKey("node-1", "gpu-0"), "node-1"},
-		{"per-device nodeName", perDevice(onNode), devKey("fabric", "gpu-0"), "node-7"},
-		{"per-device allNodes", perDevice(everywhere), devKey("fabric", "gpu-1"), ""},
-		{"per-device node selector", perDevice(selected), devKey("fabric", "gpu-2"), ""},
-		{"slice allNodes", allNodes, devKey("cluster-pool", "gpu-0"), ""},
-		{"slice node selector", sliceSelector, devKey("rack-pool", "gpu-0"), ""},
+		{"slice nodeName", Slice("node-1", "node-1", 1, gpus("gpu-0")...), DevKey("node-1", "gpu-0"), "node-1"},
+		{"per-device nodeName", perDevice(onNode), DevKey("fabric", "gpu-0"), "node-7"},
+		{"per-device allNodes", perDevice(everywhere), DevKey("fabric", "gpu-1"), ""},
+		{"per-device node selector", perDevice(selected), DevKey("fabric", "gpu-2"), ""},
+		{"slice allNodes", allNodes, DevKey("cluster-pool", "gpu-0"), ""},
+		{"slice node selector", sliceSelector, DevKey("rack-pool", "gpu-0"), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := build(t, index.Config{}, gpuClass(), tt.slice).Snapshot()
+			s := Build(t, index.Config{}, GPUClass(), tt.slice).Snapshot()
 			d := s.Device(tt.dev)
 			if d == nil {
-				t.Fatalf("device %s not indexed; have %v", tt.dev, deviceNames(s))
+				t.Fatalf("device %s not indexed; have %v", tt.dev, DeviceNames(s))
 			}
 			if d.Node != tt.want {
 				t.Errorf("Node = %q, want %q", d.Node, tt.want)
@@ -274,19 +275,19 @@ func TestDeviceNode(t *testing.T) {
 }
 
 func TestGPUUUID(t *testing.T) {
-	bare := gpuDevice("gpu-0", "GPU-bare")
+	bare := GPUDevice("gpu-0", "GPU-bare")
 	qualified := resourceapi.Device{Name: "gpu-1", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		"gpu.nvidia.com/type": strAttr("gpu"),
-		"gpu.nvidia.com/uuid": strAttr("GPU-qualified"),
+		"gpu.nvidia.com/type": StrAttr("gpu"),
+		"gpu.nvidia.com/uuid": StrAttr("GPU-qualified"),
 	}}
 	foreign := resourceapi.Device{Name: "gpu-2", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-		"type":                strAttr("gpu"),
-		"example.com/uuid":    strAttr("not-ours"),
-		"gpu.nvidia.com/name": strAttr("x"),
+		"type":                StrAttr("gpu"),
+		"example.com/uuid":    StrAttr("not-ours"),
+		"gpu.nvidia.com/name": StrAttr("x"),
 	}}
-	s := build(t, index.Config{}, gpuClass(), slice("node-1", "node-1", 1, bare, qualified, foreign)).Snapshot()
+	s := Build(t, index.Config{}, GPUClass(), Slice("node-1", "node-1", 1, bare, qualified, foreign)).Snapshot()
 	for dev, want := range map[string]string{"gpu-0": "GPU-bare", "gpu-1": "GPU-qualified", "gpu-2": ""} {
-		d := s.Device(devKey("node-1", dev))
+		d := s.Device(DevKey("node-1", dev))
 		if d == nil {
 			t.Fatalf("%s not indexed", dev)
 		}
@@ -296,7 +297,7 @@ func TestGPUUUID(t *testing.T) {
 	}
 	// The qualified attribute name is in the driver's domain, so the
 	// class selector sees it as device.attributes['gpu.nvidia.com'].type.
-	if got := classDeviceNames(s, gpuClassName); !slices.Equal(got, []string{"node-1/gpu-0", "node-1/gpu-1", "node-1/gpu-2"}) {
+	if got := ClassDeviceNames(s, GPUClassName); !slices.Equal(got, []string{"node-1/gpu-0", "node-1/gpu-1", "node-1/gpu-2"}) {
 		t.Errorf("class devices = %v", got)
 	}
 }
@@ -304,12 +305,12 @@ func TestGPUUUID(t *testing.T) {
 // A bare attribute name is the same attribute as its name qualified with the
 // driver's domain (the DRA API's rule), so a lookup by either form finds it.
 func TestDeviceAttributeLookup(t *testing.T) {
-	dev := gpuDevice("gpu-0", "GPU-0")
-	dev.Attributes["index"] = resourceapi.DeviceAttribute{IntValue: ptr(int64(3))}
-	dev.Attributes["mig.capable"] = resourceapi.DeviceAttribute{BoolValue: ptr(true)}
-	dev.Attributes["driverVersion"] = resourceapi.DeviceAttribute{VersionValue: ptr("580.65.6")}
-	dev.Attributes["resource.kubernetes.io/pciBusID"] = strAttr("0000:1b:00.0")
-	d := build(t, index.Config{}, slice("node-1", "node-1", 1, dev)).Snapshot().Device(devKey("node-1", "gpu-0"))
+	dev := GPUDevice("gpu-0", "GPU-0")
+	dev.Attributes["index"] = resourceapi.DeviceAttribute{IntValue: Ptr(int64(3))}
+	dev.Attributes["mig.capable"] = resourceapi.DeviceAttribute{BoolValue: Ptr(true)}
+	dev.Attributes["driverVersion"] = resourceapi.DeviceAttribute{VersionValue: Ptr("580.65.6")}
+	dev.Attributes["resource.kubernetes.io/pciBusID"] = StrAttr("0000:1b:00.0")
+	d := Build(t, index.Config{}, Slice("node-1", "node-1", 1, dev)).Snapshot().Device(DevKey("node-1", "gpu-0"))
 
 	tests := []struct {
 		name   string
@@ -337,10 +338,10 @@ func TestDeviceAttributeLookup(t *testing.T) {
 // mig-node is an A100 whose full GPU and two 3g.20gb halves share one
 // counter set of 40Gi.
 func migPool() *resourceapi.ResourceSlice {
-	full := consumes(gpuDevice("gpu-0", "GPU-A100"), "gpu-0-counter-set", "40Gi")
-	half0 := consumes(migDevice("gpu-0-mig-3g20gb-0-0", "MIG-0", "GPU-A100", "3g.20gb", "20Gi"), "gpu-0-counter-set", "20Gi")
-	half1 := consumes(migDevice("gpu-0-mig-3g20gb-1-4", "MIG-1", "GPU-A100", "3g.20gb", "20Gi"), "gpu-0-counter-set", "20Gi")
-	s := slice("mig-node", "mig-node", 1, full, half0, half1)
+	full := Consumes(GPUDevice("gpu-0", "GPU-A100"), "gpu-0-counter-set", "40Gi")
+	half0 := Consumes(MIGDevice("gpu-0-mig-3g20gb-0-0", "MIG-0", "GPU-A100", "3g.20gb", "20Gi"), "gpu-0-counter-set", "20Gi")
+	half1 := Consumes(MIGDevice("gpu-0-mig-3g20gb-1-4", "MIG-1", "GPU-A100", "3g.20gb", "20Gi"), "gpu-0-counter-set", "20Gi")
+	s := Slice("mig-node", "mig-node", 1, full, half0, half1)
 	s.Spec.SharedCounters = []resourceapi.CounterSet{{
 		Name:     "gpu-0-counter-set",
 		Counters: map[string]resourceapi.Counter{"memory": {Value: resource.MustParse("40Gi")}},
@@ -349,11 +350,11 @@ func migPool() *resourceapi.ResourceSlice {
 }
 
 func TestSharedCountersMIG(t *testing.T) {
-	base := []any{gpuClass(), migClass(), migPool()}
-	full, half0, half1 := devKey("mig-node", "gpu-0"), devKey("mig-node", "gpu-0-mig-3g20gb-0-0"), devKey("mig-node", "gpu-0-mig-3g20gb-1-4")
+	base := []any{GPUClass(), MIGClass(), migPool()}
+	full, half0, half1 := DevKey("mig-node", "gpu-0"), DevKey("mig-node", "gpu-0-mig-3g20gb-0-0"), DevKey("mig-node", "gpu-0-mig-3g20gb-1-4")
 
 	t.Run("nothing allocated", func(t *testing.T) {
-		s := build(t, index.Config{}, base...).Snapshot()
+		s := Build(t, index.Config{}, base...).Snapshot()
 		for _, k := range []index.DeviceKey{full, half0, half1} {
 			if !s.Available(s.Device(k)) {
 				t.Errorf("%s not available with nothing allocated", k)
@@ -361,8 +362,8 @@ func TestSharedCountersMIG(t *testing.T) {
 		}
 	})
 	t.Run("one half allocated", func(t *testing.T) {
-		c := allocated(claim("mig-claim", "uid-mig", request("mig", migClassName)), "mig-node", time.Time{}, result("mig", "mig-node", half0.Device))
-		s := build(t, index.Config{}, append(base, c)...).Snapshot()
+		c := Allocated(Claim("mig-claim", "uid-mig", Request("mig", MIGClassName)), "mig-node", time.Time{}, Result("mig", "mig-node", half0.Device))
+		s := Build(t, index.Config{}, append(base, c)...).Snapshot()
 		if s.Available(s.Device(full)) {
 			t.Errorf("full GPU available while a MIG partition of it is allocated")
 		}
@@ -376,16 +377,16 @@ func TestSharedCountersMIG(t *testing.T) {
 			t.Errorf("the other half should still fit in the counters")
 		}
 		want := []index.Capacity{
-			{DeviceClass: gpuClassName, Node: "mig-node", Total: 1, Allocated: 0, Free: 0},
-			{DeviceClass: migClassName, Node: "mig-node", Total: 2, Allocated: 1, Free: 1},
+			{DeviceClass: GPUClassName, Node: "mig-node", Total: 1, Allocated: 0, Free: 0},
+			{DeviceClass: MIGClassName, Node: "mig-node", Total: 2, Allocated: 1, Free: 1},
 		}
 		if got := s.ClassCapacity(); !slices.Equal(got, want) {
 			t.Errorf("ClassCapacity = %+v, want %+v", got, want)
 		}
 	})
 	t.Run("full GPU allocated", func(t *testing.T) {
-		c := allocated(claim("gpu-claim", "uid-gpu"), "mig-node", time.Time{}, result("gpu", "mig-node", full.Device))
-		s := build(t, index.Config{}, append(base, c)...).Snapshot()
+		c := Allocated(Claim("gpu-claim", "uid-gpu"), "mig-node", time.Time{}, Result("gpu", "mig-node", full.Device))
+		s := Build(t, index.Config{}, append(base, c)...).Snapshot()
 		for _, k := range []index.DeviceKey{half0, half1} {
 			if s.Available(s.Device(k)) {
 				t.Errorf("%s available while the full GPU is allocated", k)
@@ -398,8 +399,8 @@ func TestSharedCountersMIG(t *testing.T) {
 		old.Spec.SharedCounters[0].Counters["memory"] = resourceapi.Counter{Value: resource.MustParse("80Gi")}
 		newer := migPool()
 		newer.Spec.Pool.Generation = 2
-		c := allocated(claim("mig-claim", "uid-mig", request("mig", migClassName)), "mig-node", time.Time{}, result("mig", "mig-node", half0.Device))
-		s := build(t, index.Config{}, gpuClass(), migClass(), old, newer, c).Snapshot()
+		c := Allocated(Claim("mig-claim", "uid-mig", Request("mig", MIGClassName)), "mig-node", time.Time{}, Result("mig", "mig-node", half0.Device))
+		s := Build(t, index.Config{}, GPUClass(), MIGClass(), old, newer, c).Snapshot()
 		if s.Available(s.Device(full)) {
 			t.Errorf("full GPU available: the stale generation's 80Gi counter was used")
 		}
@@ -407,7 +408,7 @@ func TestSharedCountersMIG(t *testing.T) {
 	t.Run("counter set nobody publishes", func(t *testing.T) {
 		p := migPool()
 		p.Spec.SharedCounters = nil
-		s := build(t, index.Config{}, gpuClass(), p).Snapshot()
+		s := Build(t, index.Config{}, GPUClass(), p).Snapshot()
 		if s.Available(s.Device(full)) {
 			t.Errorf("a device consuming an unpublished counter set is available")
 		}
@@ -424,17 +425,17 @@ func TestTaintedDeviceNotFree(t *testing.T) {
 		{resourceapi.DeviceTaintEffectNone, true},
 	} {
 		t.Run(string(tc.effect), func(t *testing.T) {
-			d := gpuDevice("gpu-0", "GPU-0")
+			d := GPUDevice("gpu-0", "GPU-0")
 			d.Taints = []resourceapi.DeviceTaint{{Key: "gpu.nvidia.com/xid", Value: "79", Effect: tc.effect}}
-			s := build(t, index.Config{}, gpuClass(), slice("node-1", "node-1", 1, d)).Snapshot()
-			if got := s.Available(s.Device(devKey("node-1", "gpu-0"))); got != tc.free {
+			s := Build(t, index.Config{}, GPUClass(), Slice("node-1", "node-1", 1, d)).Snapshot()
+			if got := s.Available(s.Device(DevKey("node-1", "gpu-0"))); got != tc.free {
 				t.Errorf("Available = %v, want %v", got, tc.free)
 			}
 			free := 0
 			if tc.free {
 				free = 1
 			}
-			want := []index.Capacity{{DeviceClass: gpuClassName, Node: "node-1", Total: 1, Free: free}}
+			want := []index.Capacity{{DeviceClass: GPUClassName, Node: "node-1", Total: 1, Free: free}}
 			if got := s.ClassCapacity(); !slices.Equal(got, want) {
 				t.Errorf("ClassCapacity = %+v, want %+v", got, want)
 			}
@@ -443,11 +444,11 @@ func TestTaintedDeviceNotFree(t *testing.T) {
 }
 
 func TestAdminAccessNotCounted(t *testing.T) {
-	admin := result("gpu", "node-1", "gpu-0")
-	admin.AdminAccess = ptr(true)
-	monitor := allocated(claim("dcgm-monitor", "uid-admin"), "node-1", time.Time{}, admin)
-	s := build(t, index.Config{}, gpuClass(), slice("node-1", "node-1", 1, gpus("gpu-0")...), monitor).Snapshot()
-	k := devKey("node-1", "gpu-0")
+	admin := Result("gpu", "node-1", "gpu-0")
+	admin.AdminAccess = Ptr(true)
+	monitor := Allocated(Claim("dcgm-monitor", "uid-admin"), "node-1", time.Time{}, admin)
+	s := Build(t, index.Config{}, GPUClass(), Slice("node-1", "node-1", 1, gpus("gpu-0")...), monitor).Snapshot()
+	k := DevKey("node-1", "gpu-0")
 	if s.InUse(k) {
 		t.Errorf("an admin-access allocation makes the device in use")
 	}
@@ -457,19 +458,19 @@ func TestAdminAccessNotCounted(t *testing.T) {
 	if !s.Available(s.Device(k)) {
 		t.Errorf("device not available despite only an admin-access allocation")
 	}
-	c := s.Claim(index.Key{Namespace: ns, Name: "dcgm-monitor"})
+	c := s.Claim(index.Key{Namespace: NS, Name: "dcgm-monitor"})
 	if len(c.Results) != 1 || !c.Results[0].AdminAccess {
 		t.Errorf("Results = %+v, want one admin-access result", c.Results)
 	}
 }
 
 func TestAllocatedToAndShareable(t *testing.T) {
-	shared := gpuDevice("gpu-0", "GPU-0")
-	shared.AllowMultipleAllocations = ptr(true)
-	a := allocated(claim("a", "uid-a"), "node-1", time.Time{}, result("gpu", "node-1", "gpu-0"))
-	b := allocated(claim("b", "uid-b"), "node-1", time.Time{}, result("gpu", "node-1", "gpu-0"))
-	s := build(t, index.Config{}, gpuClass(), slice("node-1", "node-1", 1, shared), a, b).Snapshot()
-	k := devKey("node-1", "gpu-0")
+	shared := GPUDevice("gpu-0", "GPU-0")
+	shared.AllowMultipleAllocations = Ptr(true)
+	a := Allocated(Claim("a", "uid-a"), "node-1", time.Time{}, Result("gpu", "node-1", "gpu-0"))
+	b := Allocated(Claim("b", "uid-b"), "node-1", time.Time{}, Result("gpu", "node-1", "gpu-0"))
+	s := Build(t, index.Config{}, GPUClass(), Slice("node-1", "node-1", 1, shared), a, b).Snapshot()
+	k := DevKey("node-1", "gpu-0")
 	if got := len(s.AllocatedTo(k)); got != 2 {
 		t.Errorf("AllocatedTo = %d claims, want 2", got)
 	}
@@ -479,7 +480,7 @@ func TestAllocatedToAndShareable(t *testing.T) {
 }
 
 func TestPodRelevance(t *testing.T) {
-	cpuOnly := pod("web", "uid-web")
+	cpuOnly := Pod("web", "uid-web")
 	cpuOnly.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("1Gi"),
 		"hugepages-2Mi": resource.MustParse("2Mi"), "kubernetes.io/batch-cpu": resource.MustParse("1"),
@@ -490,80 +491,80 @@ func TestPodRelevance(t *testing.T) {
 		indexed bool
 	}{
 		{"no claims, no extended resources", cpuOnly, false},
-		{"template claim", withTemplateClaim(pod("a", "uid-a"), "gpu", "tmpl"), true},
-		{"named claim", withNamedClaim(pod("b", "uid-b"), "gpu", "shared"), true},
-		{"device-plugin GPU limit", withLimit(pod("c", "uid-c"), gpuResource, 1), true},
-		{"implicit deviceclass resource", withLimit(pod("d", "uid-d"), resourceapi.ResourceDeviceClassPrefix+gpuClassName, 1), true},
-		{"extended claim status only", withExtendedClaimStatus(pod("e", "uid-e"), "e-gpu-x"), true},
+		{"template claim", WithTemplateClaim(Pod("a", "uid-a"), "gpu", "tmpl"), true},
+		{"named claim", WithNamedClaim(Pod("b", "uid-b"), "gpu", "shared"), true},
+		{"device-plugin GPU limit", WithLimit(Pod("c", "uid-c"), GPUResource, 1), true},
+		{"implicit deviceclass resource", WithLimit(Pod("d", "uid-d"), resourceapi.ResourceDeviceClassPrefix+GPUClassName, 1), true},
+		{"extended claim status only", WithExtendedClaimStatus(Pod("e", "uid-e"), "e-gpu-x"), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := build(t, index.Config{}, tt.pod).Snapshot()
-			if got := s.Pod(index.Key{Namespace: ns, Name: tt.pod.Name}) != nil; got != tt.indexed {
+			s := Build(t, index.Config{}, tt.pod).Snapshot()
+			if got := s.Pod(index.Key{Namespace: NS, Name: tt.pod.Name}) != nil; got != tt.indexed {
 				t.Errorf("indexed = %v, want %v", got, tt.indexed)
 			}
 		})
 	}
 
 	t.Run("a relevant pod updated to irrelevant is removed", func(t *testing.T) {
-		p := withExtendedClaimStatus(pod("f", "uid-f"), "f-gpu")
-		ix := build(t, index.Config{}, p)
-		plain := pod("f", "uid-f")
-		upsert(t, ix, plain, true)
-		if ix.Snapshot().Pod(index.Key{Namespace: ns, Name: "f"}) != nil {
+		p := WithExtendedClaimStatus(Pod("f", "uid-f"), "f-gpu")
+		ix := Build(t, index.Config{}, p)
+		plain := Pod("f", "uid-f")
+		Upsert(t, ix, plain, true)
+		if ix.Snapshot().Pod(index.Key{Namespace: NS, Name: "f"}) != nil {
 			t.Errorf("pod still indexed after it stopped using DRA")
 		}
 	})
 }
 
 func TestExtendedRequests(t *testing.T) {
-	p := pod("train", "uid-train")
+	p := Pod("train", "uid-train")
 	q := func(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
 	p.Spec.Containers = []corev1.Container{
-		{Name: "a", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{gpuResource: q(2)}}},
-		{Name: "b", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{gpuResource: q(1)}, Limits: corev1.ResourceList{gpuResource: q(1)}}},
+		{Name: "a", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{GPUResource: q(2)}}},
+		{Name: "b", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{GPUResource: q(1)}, Limits: corev1.ResourceList{GPUResource: q(1)}}},
 	}
 	p.Spec.InitContainers = []corev1.Container{
-		{Name: "init-small", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{gpuResource: q(1)}}},
+		{Name: "init-small", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{GPUResource: q(1)}}},
 		{Name: "init-big", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"example.com/fpga": q(4)}}},
 	}
-	got := build(t, index.Config{}, p).Snapshot().Pod(index.Key{Namespace: ns, Name: "train"}).ExtendedRequests
-	want := map[string]int64{gpuResource: 3, "example.com/fpga": 4}
-	if len(got) != len(want) || got[gpuResource] != 3 || got["example.com/fpga"] != 4 {
+	got := Build(t, index.Config{}, p).Snapshot().Pod(index.Key{Namespace: NS, Name: "train"}).ExtendedRequests
+	want := map[string]int64{GPUResource: 3, "example.com/fpga": 4}
+	if len(got) != len(want) || got[GPUResource] != 3 || got["example.com/fpga"] != 4 {
 		t.Errorf("ExtendedRequests = %v, want %v", got, want)
 	}
 }
 
 func TestClaimRecreatedWithNewUID(t *testing.T) {
-	p := pod("llm-0", "uid-pod")
-	first := reservedFor(allocated(claim("shared-gpu", "uid-1"), "node-1", t0.Add(-time.Hour), result("gpu", "node-1", "gpu-0")), p)
-	ix := build(t, index.Config{Now: func() time.Time { return t0 }}, gpuClass(), slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1")...), first)
+	p := Pod("llm-0", "uid-pod")
+	first := ReservedFor(Allocated(Claim("shared-gpu", "uid-1"), "node-1", T0.Add(-time.Hour), Result("gpu", "node-1", "gpu-0")), p)
+	ix := Build(t, index.Config{Now: func() time.Time { return T0 }}, GPUClass(), Slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1")...), first)
 
-	second := allocated(createdAt(claim("shared-gpu", "uid-2"), t0.Add(-time.Minute)), "node-1", t0.Add(-time.Minute), result("gpu", "node-1", "gpu-1"))
-	upsert(t, ix, second, true)
+	second := Allocated(CreatedAt(Claim("shared-gpu", "uid-2"), T0.Add(-time.Minute)), "node-1", T0.Add(-time.Minute), Result("gpu", "node-1", "gpu-1"))
+	Upsert(t, ix, second, true)
 	s := ix.Snapshot()
-	c := s.Claim(index.Key{Namespace: ns, Name: "shared-gpu"})
+	c := s.Claim(index.Key{Namespace: NS, Name: "shared-gpu"})
 	if c == nil || c.UID != "uid-2" {
 		t.Fatalf("claim = %+v, want uid-2", c)
 	}
 	if len(s.Claims) != 1 {
 		t.Errorf("%d claims indexed, want 1", len(s.Claims))
 	}
-	if s.InUse(devKey("node-1", "gpu-0")) || !s.InUse(devKey("node-1", "gpu-1")) {
-		t.Errorf("device usage follows the old claim: gpu-0 %v, gpu-1 %v", s.InUse(devKey("node-1", "gpu-0")), s.InUse(devKey("node-1", "gpu-1")))
+	if s.InUse(DevKey("node-1", "gpu-0")) || !s.InUse(DevKey("node-1", "gpu-1")) {
+		t.Errorf("device usage follows the old claim: gpu-0 %v, gpu-1 %v", s.InUse(DevKey("node-1", "gpu-0")), s.InUse(DevKey("node-1", "gpu-1")))
 	}
 	if c.ReservedFor(p.UID) {
 		t.Errorf("the new claim reports the old claim's reservation")
 	}
 	// The recreated claim never reserved anybody: it has been idle since
 	// its own allocation, not since the exporter noticed it.
-	if got := s.UnreservedSince(c); !got.Equal(t0.Add(-time.Minute)) {
-		t.Errorf("UnreservedSince = %v, want its allocation time %v", got, t0.Add(-time.Minute))
+	if got := s.UnreservedSince(c); !got.Equal(T0.Add(-time.Minute)) {
+		t.Errorf("UnreservedSince = %v, want its allocation time %v", got, T0.Add(-time.Minute))
 	}
 }
 
 func TestEventsRelevance(t *testing.T) {
-	p := pod("llm-0", "uid-llm-0")
+	p := Pod("llm-0", "uid-llm-0")
 	tests := []struct {
 		reason, message string
 		kept            bool
@@ -579,8 +580,8 @@ func TestEventsRelevance(t *testing.T) {
 	}
 	for i, tt := range tests {
 		t.Run(tt.reason+"/"+tt.message[:10], func(t *testing.T) {
-			e := event("ev"+string(rune('a'+i)), p, tt.reason, tt.message, t0)
-			s := build(t, index.Config{}, p, e).Snapshot()
+			e := Event("ev"+string(rune('a'+i)), p, tt.reason, tt.message, T0)
+			s := Build(t, index.Config{}, p, e).Snapshot()
 			if got := len(s.Events()) == 1; got != tt.kept {
 				t.Errorf("kept = %v, want %v", got, tt.kept)
 			}
@@ -591,16 +592,16 @@ func TestEventsRelevance(t *testing.T) {
 	}
 
 	t.Run("an event updated to an irrelevant reason is dropped", func(t *testing.T) {
-		ix := build(t, index.Config{}, p, event("ev", p, index.ReasonFailedScheduling, "x", t0))
-		upsert(t, ix, event("ev", p, "BackOff", "x", t0), true)
+		ix := Build(t, index.Config{}, p, Event("ev", p, index.ReasonFailedScheduling, "x", T0))
+		Upsert(t, ix, Event("ev", p, "BackOff", "x", T0), true)
 		if n := len(ix.Snapshot().Events()); n != 0 {
 			t.Errorf("%d events kept, want 0", n)
 		}
 	})
 	t.Run("delete", func(t *testing.T) {
-		e := event("ev", p, index.ReasonFailedScheduling, "x", t0)
-		ix := build(t, index.Config{}, p, e)
-		del(t, ix, cache.DeletedFinalStateUnknown{Key: "prod/ev", Obj: e})
+		e := Event("ev", p, index.ReasonFailedScheduling, "x", T0)
+		ix := Build(t, index.Config{}, p, e)
+		Del(t, ix, cache.DeletedFinalStateUnknown{Key: "prod/ev", Obj: e})
 		if n := len(ix.Snapshot().Events()); n != 0 {
 			t.Errorf("%d events kept after delete, want 0", n)
 		}
@@ -608,38 +609,38 @@ func TestEventsRelevance(t *testing.T) {
 }
 
 func TestPodEvents(t *testing.T) {
-	p := withTemplateClaim(pod("llm-0", "uid-new"), "gpu", "tmpl")
-	other := withTemplateClaim(pod("llm-0", "uid-old"), "gpu", "tmpl") // a previous pod of the same name
-	third := withTemplateClaim(pod("llm-1", "uid-1"), "gpu", "tmpl")
-	noUID := event("no-uid", p, index.ReasonFailedScheduling, "no uid", t0.Add(-3*time.Minute))
+	p := WithTemplateClaim(Pod("llm-0", "uid-new"), "gpu", "tmpl")
+	other := WithTemplateClaim(Pod("llm-0", "uid-old"), "gpu", "tmpl") // a previous pod of the same name
+	third := WithTemplateClaim(Pod("llm-1", "uid-1"), "gpu", "tmpl")
+	noUID := Event("no-uid", p, index.ReasonFailedScheduling, "no uid", T0.Add(-3*time.Minute))
 	noUID.InvolvedObject.UID = ""
 	v1 := &eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Namespace: ns, Name: "v1-event"},
-		Regarding:           corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "llm-0", UID: "uid-new"},
+		ObjectMeta:          metav1.ObjectMeta{Namespace: NS, Name: "v1-event"},
+		Regarding:           corev1.ObjectReference{Kind: "Pod", Namespace: NS, Name: "llm-0", UID: "uid-new"},
 		Reason:              index.ReasonFailedScheduling,
 		Note:                "cannot allocate all claims",
 		ReportingController: "default-scheduler",
-		Series:              &eventsv1.EventSeries{Count: 7, LastObservedTime: metav1.NewMicroTime(t0.Add(-1 * time.Minute))},
+		Series:              &eventsv1.EventSeries{Count: 7, LastObservedTime: metav1.NewMicroTime(T0.Add(-1 * time.Minute))},
 	}
 	objs := []any{p, third,
-		event("oldest", p, index.ReasonFailedScheduling, "oldest", t0.Add(-10*time.Minute)),
-		event("newest", p, index.ReasonFailedPrepareDynamicResources, "newest", t0),
-		event("tie-b", p, index.ReasonFailedScheduling, "tie b", t0.Add(-5*time.Minute)),
-		event("tie-a", p, index.ReasonFailedScheduling, "tie a", t0.Add(-5*time.Minute)),
-		event("old-pod", other, index.ReasonFailedPrepareDynamicResources, "previous incarnation", t0.Add(time.Minute)),
-		event("other-pod", third, index.ReasonFailedScheduling, "another pod", t0.Add(time.Minute)),
+		Event("oldest", p, index.ReasonFailedScheduling, "oldest", T0.Add(-10*time.Minute)),
+		Event("newest", p, index.ReasonFailedPrepareDynamicResources, "newest", T0),
+		Event("tie-b", p, index.ReasonFailedScheduling, "tie b", T0.Add(-5*time.Minute)),
+		Event("tie-a", p, index.ReasonFailedScheduling, "tie a", T0.Add(-5*time.Minute)),
+		Event("old-pod", other, index.ReasonFailedPrepareDynamicResources, "previous incarnation", T0.Add(time.Minute)),
+		Event("other-pod", third, index.ReasonFailedScheduling, "another pod", T0.Add(time.Minute)),
 		noUID, v1,
 	}
-	s := build(t, index.Config{}, objs...).Snapshot()
+	s := Build(t, index.Config{}, objs...).Snapshot()
 	var got []string
-	for _, e := range s.PodEvents(s.Pod(index.Key{Namespace: ns, Name: "llm-0"})) {
+	for _, e := range s.PodEvents(s.Pod(index.Key{Namespace: NS, Name: "llm-0"})) {
 		got = append(got, e.Key.Name)
 	}
 	want := []string{"newest", "v1-event", "no-uid", "tie-a", "tie-b", "oldest"}
 	if !slices.Equal(got, want) {
 		t.Errorf("PodEvents = %v, want %v", got, want)
 	}
-	for _, e := range s.PodEvents(s.Pod(index.Key{Namespace: ns, Name: "llm-0"})) {
+	for _, e := range s.PodEvents(s.Pod(index.Key{Namespace: NS, Name: "llm-0"})) {
 		if e.Key.Name == "v1-event" && (e.Count != 7 || e.Reporter != "default-scheduler" || e.Message != "cannot allocate all claims") {
 			t.Errorf("events.k8s.io event converted to %+v", e)
 		}
@@ -647,45 +648,45 @@ func TestPodEvents(t *testing.T) {
 }
 
 func TestUnreservedSince(t *testing.T) {
-	now := t0
+	now := T0
 	clock := func() time.Time { return now }
-	p := pod("llm-0", "uid-pod")
-	base := allocated(claim("c", "uid-c"), "node-1", t0.Add(-30*time.Minute), result("gpu", "node-1", "gpu-0"))
+	p := Pod("llm-0", "uid-pod")
+	base := Allocated(Claim("c", "uid-c"), "node-1", T0.Add(-30*time.Minute), Result("gpu", "node-1", "gpu-0"))
 
 	t.Run("seen live", func(t *testing.T) {
-		now = t0
-		ix := build(t, index.Config{Now: clock}, reservedFor(base, p))
-		now = t0.Add(time.Minute)
-		upsert(t, ix, base, true) // the reservation is removed
-		now = t0.Add(2 * time.Minute)
-		upsert(t, ix, base, true) // another update, still unreserved
+		now = T0
+		ix := Build(t, index.Config{Now: clock}, ReservedFor(base, p))
+		now = T0.Add(time.Minute)
+		Upsert(t, ix, base, true) // the reservation is removed
+		now = T0.Add(2 * time.Minute)
+		Upsert(t, ix, base, true) // another update, still unreserved
 		s := ix.Snapshot()
-		if got := s.UnreservedSince(s.Claim(index.Key{Namespace: ns, Name: "c"})); !got.Equal(t0.Add(time.Minute)) {
-			t.Errorf("UnreservedSince = %v, want %v", got, t0.Add(time.Minute))
+		if got := s.UnreservedSince(s.Claim(index.Key{Namespace: NS, Name: "c"})); !got.Equal(T0.Add(time.Minute)) {
+			t.Errorf("UnreservedSince = %v, want %v", got, T0.Add(time.Minute))
 		}
 		// Reserved again, then released again: the clock restarts.
-		now = t0.Add(3 * time.Minute)
-		upsert(t, ix, reservedFor(base, p), true)
-		now = t0.Add(4 * time.Minute)
-		upsert(t, ix, base, true)
+		now = T0.Add(3 * time.Minute)
+		Upsert(t, ix, ReservedFor(base, p), true)
+		now = T0.Add(4 * time.Minute)
+		Upsert(t, ix, base, true)
 		s = ix.Snapshot()
-		if got := s.UnreservedSince(s.Claim(index.Key{Namespace: ns, Name: "c"})); !got.Equal(t0.Add(4 * time.Minute)) {
-			t.Errorf("after a second release UnreservedSince = %v, want %v", got, t0.Add(4*time.Minute))
+		if got := s.UnreservedSince(s.Claim(index.Key{Namespace: NS, Name: "c"})); !got.Equal(T0.Add(4 * time.Minute)) {
+			t.Errorf("after a second release UnreservedSince = %v, want %v", got, T0.Add(4*time.Minute))
 		}
 	})
 	t.Run("initial list uses the allocation time", func(t *testing.T) {
-		now = t0
-		s := build(t, index.Config{Now: clock}, base).Snapshot()
-		if got := s.UnreservedSince(s.Claim(index.Key{Namespace: ns, Name: "c"})); !got.Equal(t0.Add(-30 * time.Minute)) {
-			t.Errorf("UnreservedSince = %v, want the allocation time %v", got, t0.Add(-30*time.Minute))
+		now = T0
+		s := Build(t, index.Config{Now: clock}, base).Snapshot()
+		if got := s.UnreservedSince(s.Claim(index.Key{Namespace: NS, Name: "c"})); !got.Equal(T0.Add(-30 * time.Minute)) {
+			t.Errorf("UnreservedSince = %v, want the allocation time %v", got, T0.Add(-30*time.Minute))
 		}
 	})
 	t.Run("initial list without allocation time uses creation", func(t *testing.T) {
-		now = t0
-		c := allocated(createdAt(claim("c", "uid-c"), t0.Add(-2*time.Hour)), "node-1", time.Time{}, result("gpu", "node-1", "gpu-0"))
-		s := build(t, index.Config{Now: clock}, c).Snapshot()
-		if got := s.UnreservedSince(s.Claim(index.Key{Namespace: ns, Name: "c"})); !got.Equal(t0.Add(-2 * time.Hour)) {
-			t.Errorf("UnreservedSince = %v, want the creation time %v", got, t0.Add(-2*time.Hour))
+		now = T0
+		c := Allocated(CreatedAt(Claim("c", "uid-c"), T0.Add(-2*time.Hour)), "node-1", time.Time{}, Result("gpu", "node-1", "gpu-0"))
+		s := Build(t, index.Config{Now: clock}, c).Snapshot()
+		if got := s.UnreservedSince(s.Claim(index.Key{Namespace: NS, Name: "c"})); !got.Equal(T0.Add(-2 * time.Hour)) {
+			t.Errorf("UnreservedSince = %v, want the creation time %v", got, T0.Add(-2*time.Hour))
 		}
 	})
 	// After a restart the exporter did not see the claim let go. A later
@@ -693,34 +694,34 @@ func TestUnreservedSince(t *testing.T) {
 	// not the moment it let go either: the idle clock must not restart,
 	// or an allocated_unreserved leak disappears on every update.
 	t.Run("live update of a claim already unreserved at the initial list", func(t *testing.T) {
-		now = t0
-		ix := build(t, index.Config{Now: clock}, base)
-		now = t0.Add(time.Minute)
+		now = T0
+		ix := Build(t, index.Config{Now: clock}, base)
+		now = T0.Add(time.Minute)
 		relabeled := base.DeepCopy()
 		relabeled.Labels = map[string]string{"touched": "yes"}
-		upsert(t, ix, relabeled, true)
+		Upsert(t, ix, relabeled, true)
 		s := ix.Snapshot()
-		if got := s.UnreservedSince(s.Claim(index.Key{Namespace: ns, Name: "c"})); !got.Equal(t0.Add(-30 * time.Minute)) {
-			t.Errorf("UnreservedSince = %v, want the allocation time %v (the update did not release anything)", got, t0.Add(-30*time.Minute))
+		if got := s.UnreservedSince(s.Claim(index.Key{Namespace: NS, Name: "c"})); !got.Equal(T0.Add(-30 * time.Minute)) {
+			t.Errorf("UnreservedSince = %v, want the allocation time %v (the update did not release anything)", got, T0.Add(-30*time.Minute))
 		}
 	})
 }
 
 func TestClassCapacity(t *testing.T) {
 	objs := []any{
-		gpuClass(), migClass(), deviceClass("h100", "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA H100')"),
-		slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1", "gpu-2")...),
-		slice("node-2", "node-2", 1, gpus("gpu-0")...),
-		allocated(claim("a", "uid-a"), "node-1", time.Time{}, result("gpu", "node-1", "gpu-0")),
-		allocated(claim("b", "uid-b"), "node-2", time.Time{}, result("gpu", "node-2", "gpu-0")),
+		GPUClass(), MIGClass(), DeviceClass("h100", "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA H100')"),
+		Slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1", "gpu-2")...),
+		Slice("node-2", "node-2", 1, gpus("gpu-0")...),
+		Allocated(Claim("a", "uid-a"), "node-1", time.Time{}, Result("gpu", "node-1", "gpu-0")),
+		Allocated(Claim("b", "uid-b"), "node-2", time.Time{}, Result("gpu", "node-2", "gpu-0")),
 	}
-	got := build(t, index.Config{}, objs...).Snapshot().ClassCapacity()
+	got := Build(t, index.Config{}, objs...).Snapshot().ClassCapacity()
 	want := []index.Capacity{
-		{DeviceClass: gpuClassName, Node: "node-1", Total: 3, Allocated: 1, Free: 2},
-		{DeviceClass: gpuClassName, Node: "node-2", Total: 1, Allocated: 1, Free: 0},
+		{DeviceClass: GPUClassName, Node: "node-1", Total: 3, Allocated: 1, Free: 2},
+		{DeviceClass: GPUClassName, Node: "node-2", Total: 1, Allocated: 1, Free: 0},
 		{DeviceClass: "h100", Node: "node-1", Total: 3, Allocated: 1, Free: 2},
 		{DeviceClass: "h100", Node: "node-2", Total: 1, Allocated: 1, Free: 0},
-		{DeviceClass: migClassName, Node: "", Total: 0, Allocated: 0, Free: 0},
+		{DeviceClass: MIGClassName, Node: "", Total: 0, Allocated: 0, Free: 0},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("ClassCapacity =\n%+v\nwant\n%+v", got, want)
@@ -728,43 +729,43 @@ func TestClassCapacity(t *testing.T) {
 }
 
 func TestLaneCapacity(t *testing.T) {
-	dp1 := pod("dp-a", "uid-dp-a")
-	dp2 := pod("dp-b", "uid-dp-b")
-	done := pod("dp-done", "uid-dp-done")
-	pending := pod("dp-pending", "uid-dp-pending")
-	draPod := withTemplateClaim(pod("dra", "uid-dra"), "gpu", "tmpl")
-	extPod := withExtendedClaimStatus(withLimit(pod("ext", "uid-ext"), gpuResource, 1), "ext-gpu")
+	dp1 := Pod("dp-a", "uid-dp-a")
+	dp2 := Pod("dp-b", "uid-dp-b")
+	done := Pod("dp-done", "uid-dp-done")
+	pending := Pod("dp-pending", "uid-dp-pending")
+	draPod := WithTemplateClaim(Pod("dra", "uid-dra"), "gpu", "tmpl")
+	extPod := WithExtendedClaimStatus(WithLimit(Pod("ext", "uid-ext"), GPUResource, 1), "ext-gpu")
 	objs := []any{
-		gpuClass(), migClass(),
-		node("dp-node", 8), node("node-1", 0), node("node-2", 0),
-		slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1")...),
-		slice("node-2", "node-2", 1, gpus("gpu-0")...),
-		running(bound(withLimit(dp1, gpuResource, 2), "dp-node")),
-		running(bound(withLimit(dp2, gpuResource, 1), "dp-node")),
-		finished(bound(withLimit(done, gpuResource, 4), "dp-node"), corev1.PodSucceeded),
-		withLimit(pending, gpuResource, 1),
+		GPUClass(), MIGClass(),
+		Node("dp-node", 8), Node("node-1", 0), Node("node-2", 0),
+		Slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1")...),
+		Slice("node-2", "node-2", 1, gpus("gpu-0")...),
+		Running(Bound(WithLimit(dp1, GPUResource, 2), "dp-node")),
+		Running(Bound(WithLimit(dp2, GPUResource, 1), "dp-node")),
+		Finished(Bound(WithLimit(done, GPUResource, 4), "dp-node"), corev1.PodSucceeded),
+		WithLimit(pending, GPUResource, 1),
 		draPod, extPod,
-		reservedFor(allocated(ownedBy(claim("dra-gpu", "uid-c1"), draPod, "gpu"), "node-1", time.Time{}, result("gpu", "node-1", "gpu-0")), draPod),
-		reservedFor(allocated(extendedFor(claim("ext-gpu", "uid-c2"), extPod), "node-2", time.Time{}, result("container-0-request-0", "node-2", "gpu-0")), extPod),
+		ReservedFor(Allocated(OwnedBy(Claim("dra-gpu", "uid-c1"), draPod, "gpu"), "node-1", time.Time{}, Result("gpu", "node-1", "gpu-0")), draPod),
+		ReservedFor(Allocated(ExtendedFor(Claim("ext-gpu", "uid-c2"), extPod), "node-2", time.Time{}, Result("container-0-request-0", "node-2", "gpu-0")), extPod),
 	}
-	s := build(t, index.Config{DevicePluginResources: []string{gpuResource}}, objs...).Snapshot()
+	s := Build(t, index.Config{DevicePluginResources: []string{GPUResource}}, objs...).Snapshot()
 	got := s.LaneCapacity()
 	want := []index.Capacity{
-		{Lane: index.LaneDevicePlugin, DeviceClass: gpuClassName, Node: "dp-node", Total: 8, Allocated: 3, Free: 5},
-		{Lane: index.LaneDRA, DeviceClass: gpuClassName, Node: "node-1", Total: 2, Allocated: 1, Free: 1},
-		{Lane: index.LaneDRA, DeviceClass: gpuClassName, Node: "node-2", Total: 1, Allocated: 0, Free: 0},
-		{Lane: index.LaneDRAExtended, DeviceClass: gpuClassName, Node: "node-2", Allocated: 1},
+		{Lane: index.LaneDevicePlugin, DeviceClass: GPUClassName, Node: "dp-node", Total: 8, Allocated: 3, Free: 5},
+		{Lane: index.LaneDRA, DeviceClass: GPUClassName, Node: "node-1", Total: 2, Allocated: 1, Free: 1},
+		{Lane: index.LaneDRA, DeviceClass: GPUClassName, Node: "node-2", Total: 1, Allocated: 0, Free: 0},
+		{Lane: index.LaneDRAExtended, DeviceClass: GPUClassName, Node: "node-2", Allocated: 1},
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("LaneCapacity =\n%+v\nwant\n%+v", got, want)
 	}
-	if free := s.DevicePluginFree(gpuResource); free != 5 {
+	if free := s.DevicePluginFree(GPUResource); free != 5 {
 		t.Errorf("DevicePluginFree = %d, want 5", free)
 	}
 
 	t.Run("device-plugin resource without a class", func(t *testing.T) {
-		s := build(t, index.Config{DevicePluginResources: []string{gpuResource}}, node("dp-node", 4)).Snapshot()
-		want := []index.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: gpuResource, Node: "dp-node", Total: 4, Free: 4}}
+		s := Build(t, index.Config{DevicePluginResources: []string{GPUResource}}, Node("dp-node", 4)).Snapshot()
+		want := []index.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUResource, Node: "dp-node", Total: 4, Free: 4}}
 		if got := s.LaneCapacity(); !slices.Equal(got, want) {
 			t.Errorf("LaneCapacity = %+v, want %+v", got, want)
 		}
@@ -772,27 +773,27 @@ func TestLaneCapacity(t *testing.T) {
 }
 
 func TestPodLane(t *testing.T) {
-	cfg := index.Config{DevicePluginResources: []string{gpuResource}}
+	cfg := index.Config{DevicePluginResources: []string{GPUResource}}
 	tests := []struct {
 		name    string
 		classes []any
 		pod     *corev1.Pod
 		want    string
 	}{
-		{"pod claims", nil, withTemplateClaim(pod("a", "uid-a"), "gpu", "t"), index.LaneDRA},
-		{"extended claim status", nil, withExtendedClaimStatus(withLimit(pod("a", "uid-a"), gpuResource, 1), "c"), index.LaneDRAExtended},
-		{"bound to a device-plugin node", []any{gpuClass()}, bound(withLimit(pod("a", "uid-a"), gpuResource, 1), "dp-node"), index.LaneDevicePlugin},
-		{"pending, a class serves the resource", []any{gpuClass()}, withLimit(pod("a", "uid-a"), gpuResource, 1), index.LaneDRAExtended},
-		{"pending, no class serves the resource", nil, withLimit(pod("a", "uid-a"), gpuResource, 1), index.LaneDevicePlugin},
-		{"implicit deviceclass resource", []any{gpuClass()}, withLimit(pod("a", "uid-a"), resourceapi.ResourceDeviceClassPrefix+gpuClassName, 1), index.LaneDRAExtended},
-		{"unrelated extended resource", []any{gpuClass()}, withLimit(pod("a", "uid-a"), "example.com/fpga", 1), ""},
+		{"pod claims", nil, WithTemplateClaim(Pod("a", "uid-a"), "gpu", "t"), index.LaneDRA},
+		{"extended claim status", nil, WithExtendedClaimStatus(WithLimit(Pod("a", "uid-a"), GPUResource, 1), "c"), index.LaneDRAExtended},
+		{"bound to a device-plugin node", []any{GPUClass()}, Bound(WithLimit(Pod("a", "uid-a"), GPUResource, 1), "dp-node"), index.LaneDevicePlugin},
+		{"pending, a class serves the resource", []any{GPUClass()}, WithLimit(Pod("a", "uid-a"), GPUResource, 1), index.LaneDRAExtended},
+		{"pending, no class serves the resource", nil, WithLimit(Pod("a", "uid-a"), GPUResource, 1), index.LaneDevicePlugin},
+		{"implicit deviceclass resource", []any{GPUClass()}, WithLimit(Pod("a", "uid-a"), resourceapi.ResourceDeviceClassPrefix+GPUClassName, 1), index.LaneDRAExtended},
+		{"unrelated extended resource", []any{GPUClass()}, WithLimit(Pod("a", "uid-a"), "example.com/fpga", 1), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			objs := append([]any{node("dp-node", 8)}, tt.classes...)
+			objs := append([]any{Node("dp-node", 8)}, tt.classes...)
 			objs = append(objs, tt.pod)
-			s := build(t, cfg, objs...).Snapshot()
-			p := s.Pod(index.Key{Namespace: ns, Name: tt.pod.Name})
+			s := Build(t, cfg, objs...).Snapshot()
+			p := s.Pod(index.Key{Namespace: NS, Name: tt.pod.Name})
 			if p == nil {
 				t.Fatal("pod not indexed")
 			}
@@ -804,16 +805,16 @@ func TestPodLane(t *testing.T) {
 }
 
 func TestResolvePodClaims(t *testing.T) {
-	p := withNamedClaim(withTemplateClaim(withTemplateClaim(pod("llm-0", "uid-llm-0"), "gpu", "tmpl"), "skipped", "tmpl-2"), "shared", "shared-gpu")
-	p = withClaimStatus(p, "gpu", "llm-0-gpu-abcde")
+	p := WithNamedClaim(WithTemplateClaim(WithTemplateClaim(Pod("llm-0", "uid-llm-0"), "gpu", "tmpl"), "skipped", "tmpl-2"), "shared", "shared-gpu")
+	p = WithClaimStatus(p, "gpu", "llm-0-gpu-abcde")
 	p.Status.ResourceClaimStatuses = append(p.Status.ResourceClaimStatuses, corev1.PodResourceClaimStatus{Name: "skipped"})
 
-	mine := ownedBy(claim("llm-0-gpu-abcde", "uid-c"), p, "gpu")
-	shared := claim("shared-gpu", "uid-shared")
+	mine := OwnedBy(Claim("llm-0-gpu-abcde", "uid-c"), p, "gpu")
+	shared := Claim("shared-gpu", "uid-shared")
 
 	t.Run("status, skipped entry and named claim", func(t *testing.T) {
-		s := build(t, index.Config{}, p, mine, shared).Snapshot()
-		pcs := s.ResolvePodClaims(s.Pod(index.Key{Namespace: ns, Name: "llm-0"}))
+		s := Build(t, index.Config{}, p, mine, shared).Snapshot()
+		pcs := s.ResolvePodClaims(s.Pod(index.Key{Namespace: NS, Name: "llm-0"}))
 		if len(pcs) != 2 {
 			t.Fatalf("ResolvePodClaims = %+v, want 2 entries (the skipped template left out)", pcs)
 		}
@@ -825,27 +826,27 @@ func TestResolvePodClaims(t *testing.T) {
 		}
 	})
 	t.Run("generated claim of another pod", func(t *testing.T) {
-		theirs := ownedBy(claim("llm-0-gpu-abcde", "uid-c"), pod("llm-0", "uid-previous"), "gpu")
-		s := build(t, index.Config{}, p, theirs, shared).Snapshot()
-		pcs := s.ResolvePodClaims(s.Pod(index.Key{Namespace: ns, Name: "llm-0"}))
+		theirs := OwnedBy(Claim("llm-0-gpu-abcde", "uid-c"), Pod("llm-0", "uid-previous"), "gpu")
+		s := Build(t, index.Config{}, p, theirs, shared).Snapshot()
+		pcs := s.ResolvePodClaims(s.Pod(index.Key{Namespace: NS, Name: "llm-0"}))
 		if pcs[0].Claim != nil || pcs[0].ClaimName != "llm-0-gpu-abcde" {
 			t.Errorf("a claim owned by another pod UID was resolved: %+v", pcs[0])
 		}
 	})
 	t.Run("generated claim found by owner reference", func(t *testing.T) {
-		np := withTemplateClaim(pod("new", "uid-new"), "gpu", "tmpl")
-		c := ownedBy(claim("new-gpu-xyz", "uid-x"), np, "gpu")
-		s := build(t, index.Config{}, np, c).Snapshot()
-		pcs := s.ResolvePodClaims(s.Pod(index.Key{Namespace: ns, Name: "new"}))
+		np := WithTemplateClaim(Pod("new", "uid-new"), "gpu", "tmpl")
+		c := OwnedBy(Claim("new-gpu-xyz", "uid-x"), np, "gpu")
+		s := Build(t, index.Config{}, np, c).Snapshot()
+		pcs := s.ResolvePodClaims(s.Pod(index.Key{Namespace: NS, Name: "new"}))
 		if len(pcs) != 1 || pcs[0].ClaimName != "new-gpu-xyz" || pcs[0].Claim == nil {
 			t.Errorf("ResolvePodClaims = %+v, want the generated claim", pcs)
 		}
 	})
 	t.Run("extended claim by owner", func(t *testing.T) {
-		ep := withLimit(pod("ext", "uid-ext"), gpuResource, 1)
-		c := extendedFor(claim("ext-gpu-1", "uid-e"), ep)
-		s := build(t, index.Config{}, gpuClass(), ep, c).Snapshot()
-		pcs := s.ResolvePodClaims(s.Pod(index.Key{Namespace: ns, Name: "ext"}))
+		ep := WithLimit(Pod("ext", "uid-ext"), GPUResource, 1)
+		c := ExtendedFor(Claim("ext-gpu-1", "uid-e"), ep)
+		s := Build(t, index.Config{}, GPUClass(), ep, c).Snapshot()
+		pcs := s.ResolvePodClaims(s.Pod(index.Key{Namespace: NS, Name: "ext"}))
 		if len(pcs) != 1 || pcs[0].Name != "" || pcs[0].Claim == nil {
 			t.Errorf("ResolvePodClaims = %+v, want the extended claim", pcs)
 		}
@@ -856,7 +857,7 @@ func TestClaimNodeFromSelector(t *testing.T) {
 	hostname := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpIn, Values: []string{"node-h"}}},
 	}}}
-	twoTerms := &corev1.NodeSelector{NodeSelectorTerms: append(nodeSelector("a").NodeSelectorTerms, nodeSelector("b").NodeSelectorTerms...)}
+	twoTerms := &corev1.NodeSelector{NodeSelectorTerms: append(NodeSelector("a").NodeSelectorTerms, NodeSelector("b").NodeSelectorTerms...)}
 	zone := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "topology.kubernetes.io/zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1"}}},
 	}}}
@@ -865,17 +866,17 @@ func TestClaimNodeFromSelector(t *testing.T) {
 		sel  *corev1.NodeSelector
 		want string
 	}{
-		{"matchFields metadata.name", nodeSelector("node-1"), "node-1"},
+		{"matchFields metadata.name", NodeSelector("node-1"), "node-1"},
 		{"hostname label", hostname, "node-h"},
 		{"two terms", twoTerms, ""},
 		{"zone", zone, ""},
 		{"none", nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := allocated(claim("c", "uid-c"), "", time.Time{}, result("gpu", "node-1", "gpu-0"))
+			c := Allocated(Claim("c", "uid-c"), "", time.Time{}, Result("gpu", "node-1", "gpu-0"))
 			c.Status.Allocation.NodeSelector = tc.sel
-			s := build(t, index.Config{}, c).Snapshot()
-			if got := s.Claim(index.Key{Namespace: ns, Name: "c"}).Node; got != tc.want {
+			s := Build(t, index.Config{}, c).Snapshot()
+			if got := s.Claim(index.Key{Namespace: NS, Name: "c"}).Node; got != tc.want {
 				t.Errorf("Node = %q, want %q", got, tc.want)
 			}
 		})
@@ -883,15 +884,15 @@ func TestClaimNodeFromSelector(t *testing.T) {
 }
 
 func TestClaimResultClasses(t *testing.T) {
-	c := claim("c", "uid-c", request("gpu", gpuClassName), resourceapi.DeviceRequest{Name: "flex", FirstAvailable: []resourceapi.DeviceSubRequest{
-		{Name: "big", DeviceClassName: gpuClassName}, {Name: "small", DeviceClassName: migClassName},
+	c := Claim("c", "uid-c", Request("gpu", GPUClassName), resourceapi.DeviceRequest{Name: "flex", FirstAvailable: []resourceapi.DeviceSubRequest{
+		{Name: "big", DeviceClassName: GPUClassName}, {Name: "small", DeviceClassName: MIGClassName},
 	}})
-	c = allocated(c, "node-1", time.Time{}, result("gpu", "node-1", "gpu-0"), result("flex/small", "node-1", "gpu-1-mig"))
-	got := build(t, index.Config{}, c).Snapshot().Claim(index.Key{Namespace: ns, Name: "c"})
-	if len(got.Results) != 2 || got.Results[0].Class != gpuClassName || got.Results[1].Class != migClassName {
+	c = Allocated(c, "node-1", time.Time{}, Result("gpu", "node-1", "gpu-0"), Result("flex/small", "node-1", "gpu-1-mig"))
+	got := Build(t, index.Config{}, c).Snapshot().Claim(index.Key{Namespace: NS, Name: "c"})
+	if len(got.Results) != 2 || got.Results[0].Class != GPUClassName || got.Results[1].Class != MIGClassName {
 		t.Errorf("Results = %+v, want classes gpu then mig", got.Results)
 	}
-	if classes := got.Classes(); !slices.Equal(classes, []string{gpuClassName, migClassName}) {
+	if classes := got.Classes(); !slices.Equal(classes, []string{GPUClassName, MIGClassName}) {
 		t.Errorf("Classes = %v", classes)
 	}
 }
@@ -905,7 +906,7 @@ func TestUnsupportedObject(t *testing.T) {
 		t.Errorf("Delete(Secret) = nil, want an error")
 	}
 	// Deleting objects that were never added is harmless.
-	for _, o := range []any{claim("x", "uid-x"), pod("x", "uid-x"), slice("x", "x", 1), node("x", 0), gpuClass()} {
+	for _, o := range []any{Claim("x", "uid-x"), Pod("x", "uid-x"), Slice("x", "x", 1), Node("x", 0), GPUClass()} {
 		if err := ix.Delete(o); err != nil {
 			t.Errorf("Delete(%T) of an unknown object: %v", o, err)
 		}
@@ -913,12 +914,12 @@ func TestUnsupportedObject(t *testing.T) {
 }
 
 func TestDeleteTombstones(t *testing.T) {
-	p := withTemplateClaim(pod("llm-0", "uid-llm-0"), "gpu", "t")
-	c := claim("c", "uid-c")
-	s := slice("node-1", "node-1", 1, gpus("gpu-0")...)
-	ix := build(t, index.Config{}, gpuClass(), s, p, c, node("node-1", 0))
+	p := WithTemplateClaim(Pod("llm-0", "uid-llm-0"), "gpu", "t")
+	c := Claim("c", "uid-c")
+	s := Slice("node-1", "node-1", 1, gpus("gpu-0")...)
+	ix := Build(t, index.Config{}, GPUClass(), s, p, c, Node("node-1", 0))
 	for _, o := range []any{p, c, s} {
-		del(t, ix, cache.DeletedFinalStateUnknown{Key: "k", Obj: o})
+		Del(t, ix, cache.DeletedFinalStateUnknown{Key: "k", Obj: o})
 	}
 	snap := ix.Snapshot()
 	if len(snap.Pods) != 0 || len(snap.Claims) != 0 || len(snap.Devices) != 0 {
@@ -930,11 +931,11 @@ func TestDeleteTombstones(t *testing.T) {
 }
 
 func TestSelectMemoAndErrors(t *testing.T) {
-	d := gpuDevice("gpu-0", "GPU-0")
-	m := migDevice("gpu-1-mig", "MIG-1", "GPU-1", "1g.5gb", "4864Mi")
-	all := deviceClass("all", "device.driver == 'gpu.nvidia.com'")
-	s := build(t, index.Config{}, all, slice("node-1", "node-1", 1, d, m)).Snapshot()
-	sel := cel("device.attributes['gpu.nvidia.com'].profile == '1g.5gb'")
+	d := GPUDevice("gpu-0", "GPU-0")
+	m := MIGDevice("gpu-1-mig", "MIG-1", "GPU-1", "1g.5gb", "4864Mi")
+	all := DeviceClass("all", "device.driver == 'gpu.nvidia.com'")
+	s := Build(t, index.Config{}, all, Slice("node-1", "node-1", 1, d, m)).Snapshot()
+	sel := CEL("device.attributes['gpu.nvidia.com'].profile == '1g.5gb'")
 	got, free, errs := s.Select("all", sel)
 	if len(got) != 1 || got[0].Key.Device != "gpu-1-mig" || free != 1 {
 		t.Errorf("Select = %v (%d free), want the free MIG device", got, free)
@@ -946,7 +947,7 @@ func TestSelectMemoAndErrors(t *testing.T) {
 	if len(again) != 1 {
 		t.Errorf("memoised Select = %v", again)
 	}
-	if err := s.CompileSelectors(cel("device.driver ==")); err == nil {
+	if err := s.CompileSelectors(CEL("device.driver ==")); err == nil {
 		t.Errorf("CompileSelectors of a broken expression = nil")
 	}
 }

@@ -2,6 +2,7 @@ package index_test
 
 import (
 	"fmt"
+	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 	"slices"
 	"strings"
 	"testing"
@@ -53,13 +54,13 @@ type fakeClock struct{ now time.Time }
 func (c *fakeClock) Now() time.Time { return c.now }
 
 // at sets the clock to t0 + d.
-func (c *fakeClock) at(d time.Duration) { c.now = t0.Add(d) }
+func (c *fakeClock) at(d time.Duration) { c.now = T0.Add(d) }
 
 func newTracked(t *testing.T, objs ...any) (*index.Index, *recorder, *fakeClock) {
 	t.Helper()
 	rec := &recorder{}
-	clock := &fakeClock{now: t0}
-	ix := build(t, index.Config{Now: clock.Now, Observer: rec, DevicePluginResources: []string{gpuResource}}, objs...)
+	clock := &fakeClock{now: T0}
+	ix := Build(t, index.Config{Now: clock.Now, Observer: rec, DevicePluginResources: []string{GPUResource}}, objs...)
 	return ix, rec, clock
 }
 
@@ -82,79 +83,79 @@ func sameObservations(t *testing.T, what string, got, want []observation) {
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
 func TestLatencyAllocation(t *testing.T) {
-	base := []any{gpuClass(), migClass(), slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1")...)}
-	gpu0 := result("gpu", "node-1", "gpu-0")
+	base := []any{GPUClass(), MIGClass(), Slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1")...)}
+	gpu0 := Result("gpu", "node-1", "gpu-0")
 
 	t.Run("live add, then allocated promptly", func(t *testing.T) {
 		ix, rec, clock := newTracked(t, base...)
-		c := claim("c", "uid-c") // created at t0
+		c := Claim("c", "uid-c") // created at t0
 		clock.at(ms(100))
-		upsert(t, ix, c, true)
+		Upsert(t, ix, c, true)
 		clock.at(ms(1500))
-		upsert(t, ix, allocated(c, "node-1", t0.Add(time.Second), gpu0), true)
+		Upsert(t, ix, Allocated(c, "node-1", T0.Add(time.Second), gpu0), true)
 		clock.at(ms(1700))
-		upsert(t, ix, reservedFor(allocated(c, "node-1", t0.Add(time.Second), gpu0), pod("p", "uid-p")), true)
-		sameObservations(t, "allocation", rec.of("allocation"), []observation{{"allocation", gpuClassName, "", ms(1400)}})
+		Upsert(t, ix, ReservedFor(Allocated(c, "node-1", T0.Add(time.Second), gpu0), Pod("p", "uid-p")), true)
+		sameObservations(t, "allocation", rec.of("allocation"), []observation{{"allocation", GPUClassName, "", ms(1400)}})
 	})
 	t.Run("allocation seen late is bounded by the allocation timestamp", func(t *testing.T) {
 		ix, rec, clock := newTracked(t, base...)
-		c := claim("c", "uid-c")
+		c := Claim("c", "uid-c")
 		clock.at(ms(100))
-		upsert(t, ix, c, true)
+		Upsert(t, ix, c, true)
 		clock.at(10 * time.Second) // the watch was slow
-		upsert(t, ix, allocated(c, "node-1", t0.Add(time.Second), gpu0), true)
+		Upsert(t, ix, Allocated(c, "node-1", T0.Add(time.Second), gpu0), true)
 		// timestamps say 1s (second resolution, so at most 2s)
-		sameObservations(t, "allocation", rec.of("allocation"), []observation{{"allocation", gpuClassName, "", 2 * time.Second}})
+		sameObservations(t, "allocation", rec.of("allocation"), []observation{{"allocation", GPUClassName, "", 2 * time.Second}})
 	})
 	t.Run("without allocation timestamp the observed time stands", func(t *testing.T) {
 		ix, rec, clock := newTracked(t, base...)
-		c := claim("c", "uid-c")
+		c := Claim("c", "uid-c")
 		clock.at(ms(100))
-		upsert(t, ix, c, true)
+		Upsert(t, ix, c, true)
 		clock.at(10 * time.Second)
-		upsert(t, ix, allocated(c, "node-1", time.Time{}, gpu0), true)
-		sameObservations(t, "allocation", rec.of("allocation"), []observation{{"allocation", gpuClassName, "", ms(9900)}})
+		Upsert(t, ix, Allocated(c, "node-1", time.Time{}, gpu0), true)
+		sameObservations(t, "allocation", rec.of("allocation"), []observation{{"allocation", GPUClassName, "", ms(9900)}})
 	})
 	t.Run("once per class", func(t *testing.T) {
 		ix, rec, clock := newTracked(t, base...)
-		c := claim("c", "uid-c", request("a", gpuClassName), request("b", gpuClassName), request("m", migClassName))
+		c := Claim("c", "uid-c", Request("a", GPUClassName), Request("b", GPUClassName), Request("m", MIGClassName))
 		clock.at(ms(200))
-		upsert(t, ix, c, true)
+		Upsert(t, ix, c, true)
 		clock.at(ms(700))
-		upsert(t, ix, allocated(c, "node-1", t0, gpu0, result("b", "node-1", "gpu-1"), result("m", "node-1", "mig-0")), true)
+		Upsert(t, ix, Allocated(c, "node-1", T0, gpu0, Result("b", "node-1", "gpu-1"), Result("m", "node-1", "mig-0")), true)
 		sameObservations(t, "allocation", rec.of("allocation"), []observation{
-			{"allocation", gpuClassName, "", ms(500)},
-			{"allocation", migClassName, "", ms(500)},
+			{"allocation", GPUClassName, "", ms(500)},
+			{"allocation", MIGClassName, "", ms(500)},
 		})
 	})
 	t.Run("initial list, unallocated, then allocated live", func(t *testing.T) {
-		c := createdAt(claim("c", "uid-c"), t0.Add(-5*time.Second))
+		c := CreatedAt(Claim("c", "uid-c"), T0.Add(-5*time.Second))
 		ix, rec, clock := newTracked(t, append(base, c)...)
 		clock.at(0)
-		upsert(t, ix, allocated(c, "node-1", t0, gpu0), true)
+		Upsert(t, ix, Allocated(c, "node-1", T0, gpu0), true)
 		// Not a prompt live add: timed from creationTimestamp.
-		sameObservations(t, "allocation", rec.of("allocation"), []observation{{"allocation", gpuClassName, "", 5 * time.Second}})
+		sameObservations(t, "allocation", rec.of("allocation"), []observation{{"allocation", GPUClassName, "", 5 * time.Second}})
 	})
 	t.Run("initial list, already allocated, observes nothing", func(t *testing.T) {
-		c := allocated(createdAt(claim("c", "uid-c"), t0.Add(-time.Hour)), "node-1", t0.Add(-time.Hour), gpu0)
+		c := Allocated(CreatedAt(Claim("c", "uid-c"), T0.Add(-time.Hour)), "node-1", T0.Add(-time.Hour), gpu0)
 		ix, rec, clock := newTracked(t, append(base, c)...)
 		clock.at(time.Minute)
-		upsert(t, ix, reservedFor(c, pod("p", "uid-p")), true)
+		Upsert(t, ix, ReservedFor(c, Pod("p", "uid-p")), true)
 		clock.at(2 * time.Minute)
-		upsert(t, ix, c, true)
+		Upsert(t, ix, c, true)
 		if got := rec.of("allocation"); len(got) != 0 {
 			t.Errorf("observed %v for a claim allocated before the exporter saw it", got)
 		}
 	})
 	t.Run("deleted before allocation observes nothing", func(t *testing.T) {
 		ix, rec, clock := newTracked(t, base...)
-		c := claim("c", "uid-c")
+		c := Claim("c", "uid-c")
 		clock.at(ms(100))
-		upsert(t, ix, c, true)
+		Upsert(t, ix, c, true)
 		clock.at(time.Second)
-		del(t, ix, c)
+		Del(t, ix, c)
 		clock.at(2 * time.Second)
-		upsert(t, ix, allocated(c, "node-1", t0, gpu0), false)
+		Upsert(t, ix, Allocated(c, "node-1", T0, gpu0), false)
 		if got := rec.of("allocation"); len(got) != 0 {
 			t.Errorf("observed %v", got)
 		}
@@ -163,31 +164,31 @@ func TestLatencyAllocation(t *testing.T) {
 	// allocated from one of them: only that class waited for a device.
 	t.Run("firstAvailable observes the class that was allocated", func(t *testing.T) {
 		ix, rec, clock := newTracked(t, base...)
-		c := claim("c", "uid-c", resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
-			{Name: "full", DeviceClassName: gpuClassName},
-			{Name: "half", DeviceClassName: migClassName},
+		c := Claim("c", "uid-c", resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+			{Name: "full", DeviceClassName: GPUClassName},
+			{Name: "half", DeviceClassName: MIGClassName},
 		}})
 		clock.at(ms(100))
-		upsert(t, ix, c, true)
+		Upsert(t, ix, c, true)
 		clock.at(ms(600))
-		upsert(t, ix, allocated(c, "node-1", t0, result("gpu/half", "node-1", "gpu-0-mig-3g20gb-0-0")), true)
-		sameObservations(t, "allocation", rec.of("allocation"), []observation{{"allocation", migClassName, "", ms(500)}})
+		Upsert(t, ix, Allocated(c, "node-1", T0, Result("gpu/half", "node-1", "gpu-0-mig-3g20gb-0-0")), true)
+		sameObservations(t, "allocation", rec.of("allocation"), []observation{{"allocation", MIGClassName, "", ms(500)}})
 	})
 }
 
 // releaseWorld: pod llm-0 with a generated claim allocated on gpu-0 and
 // reserved for it, from the initial list.
 func releaseWorld() (*corev1.Pod, *resourceapi.ResourceClaim, []any) {
-	p := running(bound(withTemplateClaim(pod("llm-0", "uid-llm-0"), "gpu", "tmpl"), "node-1"))
-	p = withClaimStatus(p, "gpu", "llm-0-gpu")
-	c := reservedFor(allocated(ownedBy(claim("llm-0-gpu", "uid-c"), p, "gpu"), "node-1", t0.Add(-time.Hour), result("gpu", "node-1", "gpu-0")), p)
-	return p, c, []any{gpuClass(), slice("node-1", "node-1", 1, gpus("gpu-0")...), p, c}
+	p := Running(Bound(WithTemplateClaim(Pod("llm-0", "uid-llm-0"), "gpu", "tmpl"), "node-1"))
+	p = WithClaimStatus(p, "gpu", "llm-0-gpu")
+	c := ReservedFor(Allocated(OwnedBy(Claim("llm-0-gpu", "uid-c"), p, "gpu"), "node-1", T0.Add(-time.Hour), Result("gpu", "node-1", "gpu-0")), p)
+	return p, c, []any{GPUClass(), Slice("node-1", "node-1", 1, gpus("gpu-0")...), p, c}
 }
 
-func unreserved(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim { return reservedFor(c) }
+func unreserved(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim { return ReservedFor(c) }
 
 func release(stage string, d time.Duration) observation {
-	return observation{"release", gpuClassName, stage, d}
+	return observation{"release", GPUClassName, stage, d}
 }
 
 func TestLatencyRelease(t *testing.T) {
@@ -195,11 +196,11 @@ func TestLatencyRelease(t *testing.T) {
 		p, c, objs := releaseWorld()
 		ix, rec, clock := newTracked(t, objs...)
 		clock.at(10 * time.Second)
-		del(t, ix, p)
+		Del(t, ix, p)
 		clock.at(12 * time.Second)
-		upsert(t, ix, unreserved(c), true)
+		Upsert(t, ix, unreserved(c), true)
 		clock.at(15 * time.Second)
-		upsert(t, ix, deallocated(c), true)
+		Upsert(t, ix, Deallocated(c), true)
 		sameObservations(t, "release", rec.of("release"), []observation{
 			release(index.StageUnreserved, 2*time.Second),
 			release(index.StageDeallocated, 5*time.Second),
@@ -209,13 +210,13 @@ func TestLatencyRelease(t *testing.T) {
 		p, c, objs := releaseWorld()
 		ix, rec, clock := newTracked(t, objs...)
 		clock.at(10 * time.Second)
-		upsert(t, ix, finished(p, corev1.PodSucceeded), true)
+		Upsert(t, ix, Finished(p, corev1.PodSucceeded), true)
 		clock.at(ms(10300))
-		upsert(t, ix, unreserved(c), true)
+		Upsert(t, ix, unreserved(c), true)
 		clock.at(11 * time.Second)
-		del(t, ix, unreserved(c))
+		Del(t, ix, unreserved(c))
 		clock.at(20 * time.Second)
-		del(t, ix, p) // the finished pod goes away: no second end
+		Del(t, ix, p) // the finished pod goes away: no second end
 		sameObservations(t, "release", rec.of("release"), []observation{
 			release(index.StageUnreserved, ms(300)),
 			release(index.StageDeallocated, time.Second),
@@ -225,35 +226,35 @@ func TestLatencyRelease(t *testing.T) {
 		p, c, objs := releaseWorld()
 		ix, rec, clock := newTracked(t, objs...)
 		clock.at(10 * time.Second)
-		upsert(t, ix, unreserved(c), true)
+		Upsert(t, ix, unreserved(c), true)
 		clock.at(11 * time.Second)
-		del(t, ix, p)
+		Del(t, ix, p)
 		clock.at(12 * time.Second)
-		del(t, ix, p) // a repeated delete (tombstone) is not a second end
+		Del(t, ix, p) // a repeated delete (tombstone) is not a second end
 		got := rec.of("release")
 		sameObservations(t, "release", got, []observation{release(index.StageUnreserved, 0)})
 		clock.at(14 * time.Second)
-		upsert(t, ix, deallocated(c), true)
+		Upsert(t, ix, Deallocated(c), true)
 		sameObservations(t, "release", rec.of("release"), []observation{
 			release(index.StageUnreserved, 0),
 			release(index.StageDeallocated, 3*time.Second),
 		})
 	})
 	t.Run("shared claim: deallocation timed from the last pod's end", func(t *testing.T) {
-		a := running(bound(withNamedClaim(pod("a", "uid-a"), "gpu", "shared"), "node-1"))
-		b := running(bound(withNamedClaim(pod("b", "uid-b"), "gpu", "shared"), "node-1"))
-		c := reservedFor(allocated(claim("shared", "uid-shared"), "node-1", t0.Add(-time.Hour), result("gpu", "node-1", "gpu-0")), a, b)
-		ix, rec, clock := newTracked(t, gpuClass(), slice("node-1", "node-1", 1, gpus("gpu-0")...), a, b, c)
+		a := Running(Bound(WithNamedClaim(Pod("a", "uid-a"), "gpu", "shared"), "node-1"))
+		b := Running(Bound(WithNamedClaim(Pod("b", "uid-b"), "gpu", "shared"), "node-1"))
+		c := ReservedFor(Allocated(Claim("shared", "uid-shared"), "node-1", T0.Add(-time.Hour), Result("gpu", "node-1", "gpu-0")), a, b)
+		ix, rec, clock := newTracked(t, GPUClass(), Slice("node-1", "node-1", 1, gpus("gpu-0")...), a, b, c)
 		clock.at(10 * time.Second)
-		upsert(t, ix, finished(a, corev1.PodFailed), true)
+		Upsert(t, ix, Finished(a, corev1.PodFailed), true)
 		clock.at(11 * time.Second)
-		upsert(t, ix, reservedFor(c, b), true)
+		Upsert(t, ix, ReservedFor(c, b), true)
 		clock.at(20 * time.Second)
-		del(t, ix, b)
+		Del(t, ix, b)
 		clock.at(ms(20500))
-		upsert(t, ix, reservedFor(c), true)
+		Upsert(t, ix, ReservedFor(c), true)
 		clock.at(25 * time.Second)
-		upsert(t, ix, deallocated(c), true)
+		Upsert(t, ix, Deallocated(c), true)
 		sameObservations(t, "release", rec.of("release"), []observation{
 			release(index.StageUnreserved, time.Second),
 			release(index.StageUnreserved, ms(500)),
@@ -264,9 +265,9 @@ func TestLatencyRelease(t *testing.T) {
 		p, c, objs := releaseWorld()
 		ix, rec, clock := newTracked(t, objs...)
 		clock.at(10 * time.Second)
-		del(t, ix, p)
+		Del(t, ix, p)
 		clock.at(13 * time.Second)
-		del(t, ix, c)
+		Del(t, ix, c)
 		sameObservations(t, "release", rec.of("release"), []observation{
 			release(index.StageUnreserved, 3*time.Second),
 			release(index.StageDeallocated, 3*time.Second),
@@ -276,31 +277,31 @@ func TestLatencyRelease(t *testing.T) {
 		p, c, objs := releaseWorld()
 		ix, rec, clock := newTracked(t, objs...)
 		clock.at(10 * time.Second)
-		del(t, ix, c)
+		Del(t, ix, c)
 		clock.at(12 * time.Second)
-		del(t, ix, p)
+		Del(t, ix, p)
 		sameObservations(t, "release", rec.of("release"), []observation{
 			release(index.StageUnreserved, 0),
 			release(index.StageDeallocated, 0),
 		})
 	})
 	t.Run("deallocated without a reservation observes nothing", func(t *testing.T) {
-		c := allocated(claim("idle", "uid-idle"), "node-1", t0.Add(-time.Hour), result("gpu", "node-1", "gpu-0"))
-		ix, rec, clock := newTracked(t, gpuClass(), c)
+		c := Allocated(Claim("idle", "uid-idle"), "node-1", T0.Add(-time.Hour), Result("gpu", "node-1", "gpu-0"))
+		ix, rec, clock := newTracked(t, GPUClass(), c)
 		clock.at(time.Second)
-		upsert(t, ix, deallocated(c), true)
+		Upsert(t, ix, Deallocated(c), true)
 		if got := rec.of("release"); len(got) != 0 {
 			t.Errorf("observed %v", got)
 		}
 	})
 	t.Run("pod already finished at the initial list observes nothing", func(t *testing.T) {
 		p, c, objs := releaseWorld()
-		objs[2] = finished(p, corev1.PodSucceeded)
+		objs[2] = Finished(p, corev1.PodSucceeded)
 		ix, rec, clock := newTracked(t, objs...)
 		clock.at(time.Second)
-		upsert(t, ix, unreserved(c), true)
+		Upsert(t, ix, unreserved(c), true)
 		clock.at(2 * time.Second)
-		upsert(t, ix, deallocated(c), true)
+		Upsert(t, ix, Deallocated(c), true)
 		if got := rec.of("release"); len(got) != 0 {
 			t.Errorf("observed %v for a pod that ended before the exporter started", got)
 		}
@@ -313,27 +314,27 @@ func startup(lane, stage string, d time.Duration) observation {
 
 func TestLatencyPodStartup(t *testing.T) {
 	t.Run("dra lane", func(t *testing.T) {
-		ix, rec, clock := newTracked(t, gpuClass(), slice("node-1", "node-1", 1, gpus("gpu-0")...))
-		p := withTemplateClaim(pod("llm-0", "uid-llm-0"), "gpu", "llm-gpu")
-		c := ownedBy(claim("llm-0-gpu-x", "uid-c"), p, "gpu")
-		gpu0 := result("gpu", "node-1", "gpu-0")
+		ix, rec, clock := newTracked(t, GPUClass(), Slice("node-1", "node-1", 1, gpus("gpu-0")...))
+		p := WithTemplateClaim(Pod("llm-0", "uid-llm-0"), "gpu", "llm-gpu")
+		c := OwnedBy(Claim("llm-0-gpu-x", "uid-c"), p, "gpu")
+		gpu0 := Result("gpu", "node-1", "gpu-0")
 		clock.at(ms(50))
-		upsert(t, ix, p, true)
+		Upsert(t, ix, p, true)
 		clock.at(ms(500))
-		upsert(t, ix, c, true)
+		Upsert(t, ix, c, true)
 		clock.at(ms(1000))
-		upsert(t, ix, allocated(c, "node-1", t0.Add(time.Second), gpu0), true)
+		Upsert(t, ix, Allocated(c, "node-1", T0.Add(time.Second), gpu0), true)
 		clock.at(ms(1200))
-		upsert(t, ix, reservedFor(allocated(c, "node-1", t0.Add(time.Second), gpu0), p), true)
-		p = bound(withClaimStatus(p, "gpu", c.Name), "node-1")
+		Upsert(t, ix, ReservedFor(Allocated(c, "node-1", T0.Add(time.Second), gpu0), p), true)
+		p = Bound(WithClaimStatus(p, "gpu", c.Name), "node-1")
 		clock.at(ms(1300))
-		upsert(t, ix, p, true)
+		Upsert(t, ix, p, true)
 		clock.at(3 * time.Second)
-		upsert(t, ix, running(p), true)
+		Upsert(t, ix, Running(p), true)
 		clock.at(10 * time.Second)
-		upsert(t, ix, ready(p), true)
+		Upsert(t, ix, Ready(p), true)
 		clock.at(20 * time.Second)
-		upsert(t, ix, ready(p), true)
+		Upsert(t, ix, Ready(p), true)
 		sameObservations(t, "startup", rec.of("startup"), []observation{
 			startup(index.LaneDRA, index.StageClaimCreated, ms(450)),
 			startup(index.LaneDRA, index.StageAllocated, ms(950)),
@@ -343,17 +344,17 @@ func TestLatencyPodStartup(t *testing.T) {
 		})
 	})
 	t.Run("device-plugin lane", func(t *testing.T) {
-		ix, rec, clock := newTracked(t, gpuClass(), node("dp-node", 8))
-		p := withLimit(pod("dp", "uid-dp"), gpuResource, 1)
+		ix, rec, clock := newTracked(t, GPUClass(), Node("dp-node", 8))
+		p := WithLimit(Pod("dp", "uid-dp"), GPUResource, 1)
 		clock.at(ms(50))
-		upsert(t, ix, p, true)
-		p = bound(p, "dp-node")
+		Upsert(t, ix, p, true)
+		p = Bound(p, "dp-node")
 		clock.at(time.Second)
-		upsert(t, ix, p, true)
+		Upsert(t, ix, p, true)
 		clock.at(2 * time.Second)
-		upsert(t, ix, running(p), true)
+		Upsert(t, ix, Running(p), true)
 		clock.at(4 * time.Second)
-		upsert(t, ix, ready(p), true)
+		Upsert(t, ix, Ready(p), true)
 		sameObservations(t, "startup", rec.of("startup"), []observation{
 			startup(index.LaneDevicePlugin, index.StageBound, ms(950)),
 			startup(index.LaneDevicePlugin, index.StageStarted, ms(1950)),
@@ -361,22 +362,22 @@ func TestLatencyPodStartup(t *testing.T) {
 		})
 	})
 	t.Run("dra-extended lane", func(t *testing.T) {
-		ix, rec, clock := newTracked(t, gpuClass(), slice("node-1", "node-1", 1, gpus("gpu-0")...))
-		p := withLimit(pod("ext", "uid-ext"), gpuResource, 1)
-		c := extendedFor(claim("ext-gpu-1", "uid-e", request("container-0-request-0", gpuClassName)), p)
+		ix, rec, clock := newTracked(t, GPUClass(), Slice("node-1", "node-1", 1, gpus("gpu-0")...))
+		p := WithLimit(Pod("ext", "uid-ext"), GPUResource, 1)
+		c := ExtendedFor(Claim("ext-gpu-1", "uid-e", Request("container-0-request-0", GPUClassName)), p)
 		clock.at(ms(50))
-		upsert(t, ix, p, true)
+		Upsert(t, ix, p, true)
 		clock.at(ms(500))
-		upsert(t, ix, c, true)
+		Upsert(t, ix, c, true)
 		clock.at(ms(800))
-		upsert(t, ix, reservedFor(allocated(c, "node-1", t0, result("container-0-request-0", "node-1", "gpu-0")), p), true)
-		p = bound(withExtendedClaimStatus(p, c.Name), "node-1")
+		Upsert(t, ix, ReservedFor(Allocated(c, "node-1", T0, Result("container-0-request-0", "node-1", "gpu-0")), p), true)
+		p = Bound(WithExtendedClaimStatus(p, c.Name), "node-1")
 		clock.at(time.Second)
-		upsert(t, ix, p, true)
+		Upsert(t, ix, p, true)
 		clock.at(2 * time.Second)
-		upsert(t, ix, running(p), true)
+		Upsert(t, ix, Running(p), true)
 		clock.at(5 * time.Second)
-		upsert(t, ix, ready(p), true)
+		Upsert(t, ix, Ready(p), true)
 		sameObservations(t, "startup", rec.of("startup"), []observation{
 			startup(index.LaneDRAExtended, index.StageClaimCreated, ms(450)),
 			startup(index.LaneDRAExtended, index.StageAllocated, ms(750)),
@@ -386,10 +387,10 @@ func TestLatencyPodStartup(t *testing.T) {
 		})
 	})
 	t.Run("a pod first seen ready is not timed", func(t *testing.T) {
-		ix, rec, clock := newTracked(t, gpuClass(), node("dp-node", 8))
-		p := ready(bound(withLimit(pod("dp", "uid-dp"), gpuResource, 1), "dp-node"))
+		ix, rec, clock := newTracked(t, GPUClass(), Node("dp-node", 8))
+		p := Ready(Bound(WithLimit(Pod("dp", "uid-dp"), GPUResource, 1), "dp-node"))
 		clock.at(time.Second)
-		upsert(t, ix, p, true)
+		Upsert(t, ix, p, true)
 		if got := rec.of("startup"); len(got) != 0 {
 			t.Errorf("observed %v", got)
 		}
@@ -400,10 +401,10 @@ func TestLatencyPodStartup(t *testing.T) {
 // claims in either order (separate informers): the stages the pod reached
 // before the restart are never observed, the later ones are.
 func TestLatencyRestartHalfStartedPod(t *testing.T) {
-	p := withTemplateClaim(pod("llm-0", "uid-llm-0"), "gpu", "llm-gpu")
-	c := reservedFor(allocated(ownedBy(claim("llm-0-gpu-x", "uid-c"), p, "gpu"), "node-1", t0.Add(2*time.Second), result("gpu", "node-1", "gpu-0")), p)
-	p = bound(withClaimStatus(p, "gpu", c.Name), "node-1") // bound, ContainerCreating
-	base := []any{gpuClass(), slice("node-1", "node-1", 1, gpus("gpu-0")...)}
+	p := WithTemplateClaim(Pod("llm-0", "uid-llm-0"), "gpu", "llm-gpu")
+	c := ReservedFor(Allocated(OwnedBy(Claim("llm-0-gpu-x", "uid-c"), p, "gpu"), "node-1", T0.Add(2*time.Second), Result("gpu", "node-1", "gpu-0")), p)
+	p = Bound(WithClaimStatus(p, "gpu", c.Name), "node-1") // bound, ContainerCreating
+	base := []any{GPUClass(), Slice("node-1", "node-1", 1, gpus("gpu-0")...)}
 	for _, tc := range []struct {
 		name string
 		objs []any
@@ -414,9 +415,9 @@ func TestLatencyRestartHalfStartedPod(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ix, rec, clock := newTracked(t, tc.objs...)
 			clock.at(30 * time.Second)
-			upsert(t, ix, running(p), true)
+			Upsert(t, ix, Running(p), true)
 			clock.at(40 * time.Second)
-			upsert(t, ix, ready(p), true)
+			Upsert(t, ix, Ready(p), true)
 			sameObservations(t, "startup", rec.of("startup"), []observation{
 				startup(index.LaneDRA, index.StageStarted, 30*time.Second),
 				startup(index.LaneDRA, index.StageReady, 40*time.Second),
@@ -426,12 +427,12 @@ func TestLatencyRestartHalfStartedPod(t *testing.T) {
 }
 
 func TestLatencyNilObserver(t *testing.T) {
-	ix := index.New(index.Config{Now: func() time.Time { return t0 }})
+	ix := index.New(index.Config{Now: func() time.Time { return T0 }})
 	p, c, objs := releaseWorld()
 	for _, o := range objs {
-		upsert(t, ix, o, true)
+		Upsert(t, ix, o, true)
 	}
-	upsert(t, ix, unreserved(c), true)
-	del(t, ix, p)
-	del(t, ix, c)
+	Upsert(t, ix, unreserved(c), true)
+	Del(t, ix, p)
+	Del(t, ix, c)
 }

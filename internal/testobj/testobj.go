@@ -1,4 +1,7 @@
-package index_test
+// Package testobj builds NVIDIA-shaped Kubernetes objects for the tests of
+// the index, classifier and collectors: driver gpu.nvidia.com, pool = node
+// name, devices gpu-N, classes gpu.nvidia.com and mig.nvidia.com.
+package testobj
 
 import (
 	"slices"
@@ -17,18 +20,18 @@ import (
 // NVIDIA-shaped test objects: driver gpu.nvidia.com, pool = node name,
 // devices gpu-N, classes gpu.nvidia.com and mig.nvidia.com.
 const (
-	driver       = "gpu.nvidia.com"
-	gpuClassName = "gpu.nvidia.com"
-	migClassName = "mig.nvidia.com"
-	gpuResource  = "nvidia.com/gpu"
-	ns           = "prod"
+	Driver       = "gpu.nvidia.com"
+	GPUClassName = "gpu.nvidia.com"
+	MIGClassName = "mig.nvidia.com"
+	GPUResource  = "nvidia.com/gpu"
+	NS           = "prod"
 )
 
-var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+var T0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
-func ptr[T any](v T) *T { return &v }
+func Ptr[T any](v T) *T { return &v }
 
-func cel(exprs ...string) []resourceapi.DeviceSelector {
+func CEL(exprs ...string) []resourceapi.DeviceSelector {
 	out := make([]resourceapi.DeviceSelector, len(exprs))
 	for i, e := range exprs {
 		out[i] = resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: e}}
@@ -36,34 +39,34 @@ func cel(exprs ...string) []resourceapi.DeviceSelector {
 	return out
 }
 
-func deviceClass(name string, exprs ...string) *resourceapi.DeviceClass {
+func DeviceClass(name string, exprs ...string) *resourceapi.DeviceClass {
 	return &resourceapi.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("class-" + name)},
-		Spec:       resourceapi.DeviceClassSpec{Selectors: cel(exprs...)},
+		Spec:       resourceapi.DeviceClassSpec{Selectors: CEL(exprs...)},
 	}
 }
 
-func gpuClass() *resourceapi.DeviceClass {
-	c := deviceClass(gpuClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'")
-	c.Spec.ExtendedResourceName = ptr(gpuResource)
+func GPUClass() *resourceapi.DeviceClass {
+	c := DeviceClass(GPUClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'")
+	c.Spec.ExtendedResourceName = Ptr(GPUResource)
 	return c
 }
 
-func migClass() *resourceapi.DeviceClass {
-	return deviceClass(migClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'")
+func MIGClass() *resourceapi.DeviceClass {
+	return DeviceClass(MIGClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'")
 }
 
-func strAttr(s string) resourceapi.DeviceAttribute {
+func StrAttr(s string) resourceapi.DeviceAttribute {
 	return resourceapi.DeviceAttribute{StringValue: &s}
 }
 
-func gpuDevice(name, uuid string) resourceapi.Device {
+func GPUDevice(name, uuid string) resourceapi.Device {
 	return resourceapi.Device{
 		Name: name,
 		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			"type":        strAttr("gpu"),
-			"uuid":        strAttr(uuid),
-			"productName": strAttr("NVIDIA H100 80GB HBM3"),
+			"type":        StrAttr("gpu"),
+			"uuid":        StrAttr(uuid),
+			"productName": StrAttr("NVIDIA H100 80GB HBM3"),
 		},
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			"memory": {Value: resource.MustParse("80Gi")},
@@ -71,15 +74,15 @@ func gpuDevice(name, uuid string) resourceapi.Device {
 	}
 }
 
-func migDevice(name, uuid, parent, profile, memory string) resourceapi.Device {
+func MIGDevice(name, uuid, parent, profile, memory string) resourceapi.Device {
 	return resourceapi.Device{
 		Name: name,
 		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			"type":        strAttr("mig"),
-			"uuid":        strAttr(uuid),
-			"parentUUID":  strAttr(parent),
-			"profile":     strAttr(profile),
-			"productName": strAttr("NVIDIA A100-SXM4-40GB"),
+			"type":        StrAttr("mig"),
+			"uuid":        StrAttr(uuid),
+			"parentUUID":  StrAttr(parent),
+			"profile":     StrAttr(profile),
+			"productName": StrAttr("NVIDIA A100-SXM4-40GB"),
 		},
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			"memory": {Value: resource.MustParse(memory)},
@@ -88,7 +91,7 @@ func migDevice(name, uuid, parent, profile, memory string) resourceapi.Device {
 }
 
 // consumes makes the device consume memory from a shared counter set.
-func consumes(d resourceapi.Device, set, memory string) resourceapi.Device {
+func Consumes(d resourceapi.Device, set, memory string) resourceapi.Device {
 	d.ConsumesCounters = append(d.ConsumesCounters, resourceapi.DeviceCounterConsumption{
 		CounterSet: set,
 		Counters:   map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(memory)}},
@@ -96,35 +99,35 @@ func consumes(d resourceapi.Device, set, memory string) resourceapi.Device {
 	return d
 }
 
-func slice(name, node string, gen int64, devices ...resourceapi.Device) *resourceapi.ResourceSlice {
+func Slice(name, node string, gen int64, devices ...resourceapi.Device) *resourceapi.ResourceSlice {
 	return &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("slice-" + name)},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   driver,
-			NodeName: ptr(node),
+			Driver:   Driver,
+			NodeName: Ptr(node),
 			Pool:     resourceapi.ResourcePool{Name: node, Generation: gen, ResourceSliceCount: 1},
 			Devices:  devices,
 		},
 	}
 }
 
-func request(name, class string) resourceapi.DeviceRequest {
+func Request(name, class string) resourceapi.DeviceRequest {
 	return resourceapi.DeviceRequest{Name: name, Exactly: &resourceapi.ExactDeviceRequest{
 		DeviceClassName: class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: 1,
 	}}
 }
 
-func claim(name, uid string, requests ...resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
+func Claim(name, uid string, requests ...resourceapi.DeviceRequest) *resourceapi.ResourceClaim {
 	if len(requests) == 0 {
-		requests = []resourceapi.DeviceRequest{request("gpu", gpuClassName)}
+		requests = []resourceapi.DeviceRequest{Request("gpu", GPUClassName)}
 	}
 	return &resourceapi.ResourceClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid), CreationTimestamp: metav1.NewTime(t0)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: NS, Name: name, UID: types.UID(uid), CreationTimestamp: metav1.NewTime(T0)},
 		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: requests}},
 	}
 }
 
-func createdAt(c *resourceapi.ResourceClaim, at time.Time) *resourceapi.ResourceClaim {
+func CreatedAt(c *resourceapi.ResourceClaim, at time.Time) *resourceapi.ResourceClaim {
 	c = c.DeepCopy()
 	c.CreationTimestamp = metav1.NewTime(at)
 	return c
@@ -132,9 +135,9 @@ func createdAt(c *resourceapi.ResourceClaim, at time.Time) *resourceapi.Resource
 
 // ownedBy makes c the claim the resourceclaim controller generated for the
 // pod claim entry podClaim of p.
-func ownedBy(c *resourceapi.ResourceClaim, p *corev1.Pod, podClaim string) *resourceapi.ResourceClaim {
+func OwnedBy(c *resourceapi.ResourceClaim, p *corev1.Pod, podClaim string) *resourceapi.ResourceClaim {
 	c = c.DeepCopy()
-	c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID, Controller: ptr(true)}}
+	c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID, Controller: Ptr(true)}}
 	if c.Annotations == nil {
 		c.Annotations = map[string]string{}
 	}
@@ -146,17 +149,17 @@ func ownedBy(c *resourceapi.ResourceClaim, p *corev1.Pod, podClaim string) *reso
 
 // extendedFor makes c the claim the scheduler created for p's extended
 // resource requests.
-func extendedFor(c *resourceapi.ResourceClaim, p *corev1.Pod) *resourceapi.ResourceClaim {
-	c = ownedBy(c, p, "")
+func ExtendedFor(c *resourceapi.ResourceClaim, p *corev1.Pod) *resourceapi.ResourceClaim {
+	c = OwnedBy(c, p, "")
 	c.Annotations[resourceapi.ExtendedResourceClaimAnnotation] = "true"
 	return c
 }
 
-func result(request, pool, device string) resourceapi.DeviceRequestAllocationResult {
-	return resourceapi.DeviceRequestAllocationResult{Request: request, Driver: driver, Pool: pool, Device: device}
+func Result(request, pool, device string) resourceapi.DeviceRequestAllocationResult {
+	return resourceapi.DeviceRequestAllocationResult{Request: request, Driver: Driver, Pool: pool, Device: device}
 }
 
-func nodeSelector(node string) *corev1.NodeSelector {
+func NodeSelector(node string) *corev1.NodeSelector {
 	return &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
 		MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}},
 	}}}
@@ -164,20 +167,20 @@ func nodeSelector(node string) *corev1.NodeSelector {
 
 // allocated returns c allocated on node (empty: no node selector) at the
 // given time (zero: no allocationTimestamp).
-func allocated(c *resourceapi.ResourceClaim, node string, at time.Time, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
+func Allocated(c *resourceapi.ResourceClaim, node string, at time.Time, results ...resourceapi.DeviceRequestAllocationResult) *resourceapi.ResourceClaim {
 	c = c.DeepCopy()
 	a := &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: results}}
 	if node != "" {
-		a.NodeSelector = nodeSelector(node)
+		a.NodeSelector = NodeSelector(node)
 	}
 	if !at.IsZero() {
-		a.AllocationTimestamp = ptr(metav1.NewTime(at))
+		a.AllocationTimestamp = Ptr(metav1.NewTime(at))
 	}
 	c.Status.Allocation = a
 	return c
 }
 
-func deallocated(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
+func Deallocated(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 	c = c.DeepCopy()
 	c.Status.Allocation = nil
 	c.Status.ReservedFor = nil
@@ -185,7 +188,7 @@ func deallocated(c *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
 }
 
 // reservedFor replaces the claim's reservations with the pods.
-func reservedFor(c *resourceapi.ResourceClaim, pods ...*corev1.Pod) *resourceapi.ResourceClaim {
+func ReservedFor(c *resourceapi.ResourceClaim, pods ...*corev1.Pod) *resourceapi.ResourceClaim {
 	c = c.DeepCopy()
 	c.Status.ReservedFor = nil
 	for _, p := range pods {
@@ -194,76 +197,76 @@ func reservedFor(c *resourceapi.ResourceClaim, pods ...*corev1.Pod) *resourceapi
 	return c
 }
 
-func pod(name, uid string) *corev1.Pod {
+func Pod(name, uid string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(uid), CreationTimestamp: metav1.NewTime(t0)},
+		ObjectMeta: metav1.ObjectMeta{Namespace: NS, Name: name, UID: types.UID(uid), CreationTimestamp: metav1.NewTime(T0)},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main"}}},
 		Status:     corev1.PodStatus{Phase: corev1.PodPending},
 	}
 }
 
-func podCreatedAt(p *corev1.Pod, at time.Time) *corev1.Pod {
+func PodCreatedAt(p *corev1.Pod, at time.Time) *corev1.Pod {
 	p = p.DeepCopy()
 	p.CreationTimestamp = metav1.NewTime(at)
 	return p
 }
 
-func withTemplateClaim(p *corev1.Pod, name, template string) *corev1.Pod {
+func WithTemplateClaim(p *corev1.Pod, name, template string) *corev1.Pod {
 	p = p.DeepCopy()
-	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: name, ResourceClaimTemplateName: ptr(template)})
+	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: name, ResourceClaimTemplateName: Ptr(template)})
 	return p
 }
 
-func withNamedClaim(p *corev1.Pod, name, claimName string) *corev1.Pod {
+func WithNamedClaim(p *corev1.Pod, name, claimName string) *corev1.Pod {
 	p = p.DeepCopy()
-	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: name, ResourceClaimName: ptr(claimName)})
+	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, corev1.PodResourceClaim{Name: name, ResourceClaimName: Ptr(claimName)})
 	return p
 }
 
-func withClaimStatus(p *corev1.Pod, name, claimName string) *corev1.Pod {
+func WithClaimStatus(p *corev1.Pod, name, claimName string) *corev1.Pod {
 	p = p.DeepCopy()
-	p.Status.ResourceClaimStatuses = append(p.Status.ResourceClaimStatuses, corev1.PodResourceClaimStatus{Name: name, ResourceClaimName: ptr(claimName)})
+	p.Status.ResourceClaimStatuses = append(p.Status.ResourceClaimStatuses, corev1.PodResourceClaimStatus{Name: name, ResourceClaimName: Ptr(claimName)})
 	return p
 }
 
-func withExtendedClaimStatus(p *corev1.Pod, claimName string) *corev1.Pod {
+func WithExtendedClaimStatus(p *corev1.Pod, claimName string) *corev1.Pod {
 	p = p.DeepCopy()
 	p.Status.ExtendedResourceClaimStatus = &corev1.PodExtendedResourceClaimStatus{
 		ResourceClaimName: claimName,
-		RequestMappings:   []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: gpuResource, RequestName: "container-0-request-0"}},
+		RequestMappings:   []corev1.ContainerExtendedResourceRequest{{ContainerName: "main", ResourceName: GPUResource, RequestName: "container-0-request-0"}},
 	}
 	return p
 }
 
 // withLimit makes the pod's container ask for n of an extended resource.
-func withLimit(p *corev1.Pod, name string, n int64) *corev1.Pod {
+func WithLimit(p *corev1.Pod, name string, n int64) *corev1.Pod {
 	p = p.DeepCopy()
 	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceName(name): *resource.NewQuantity(n, resource.DecimalSI)}
 	return p
 }
 
-func bound(p *corev1.Pod, node string) *corev1.Pod {
+func Bound(p *corev1.Pod, node string) *corev1.Pod {
 	p = p.DeepCopy()
 	p.Spec.NodeName = node
 	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue})
 	return p
 }
 
-func running(p *corev1.Pod) *corev1.Pod {
+func Running(p *corev1.Pod) *corev1.Pod {
 	p = p.DeepCopy()
 	p.Status.Phase = corev1.PodRunning
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 	return p
 }
 
-func ready(p *corev1.Pod) *corev1.Pod {
-	p = running(p)
+func Ready(p *corev1.Pod) *corev1.Pod {
+	p = Running(p)
 	p.Status.ContainerStatuses[0].Ready = true
 	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue})
 	return p
 }
 
-func finished(p *corev1.Pod, phase corev1.PodPhase) *corev1.Pod {
+func Finished(p *corev1.Pod, phase corev1.PodPhase) *corev1.Pod {
 	p = p.DeepCopy()
 	p.Status.Phase = phase
 	p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}}}
@@ -277,16 +280,16 @@ func finished(p *corev1.Pod, phase corev1.PodPhase) *corev1.Pod {
 	return p
 }
 
-func node(name string, gpus int64) *corev1.Node {
+func Node(name string, gpus int64) *corev1.Node {
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("node-" + name)}}
 	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}
 	if gpus > 0 {
-		n.Status.Allocatable[gpuResource] = *resource.NewQuantity(gpus, resource.DecimalSI)
+		n.Status.Allocatable[GPUResource] = *resource.NewQuantity(gpus, resource.DecimalSI)
 	}
 	return n
 }
 
-func event(name string, p *corev1.Pod, reason, message string, at time.Time) *corev1.Event {
+func Event(name string, p *corev1.Pod, reason, message string, at time.Time) *corev1.Event {
 	return &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Namespace: p.Namespace, Name: name, UID: types.UID("event-" + name)},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
@@ -299,35 +302,35 @@ func event(name string, p *corev1.Pod, reason, message string, at time.Time) *co
 }
 
 // build adds the objects as an initial list (not live).
-func build(t testing.TB, cfg index.Config, objs ...any) *index.Index {
+func Build(t testing.TB, cfg index.Config, objs ...any) *index.Index {
 	t.Helper()
 	ix := index.New(cfg)
 	for _, o := range objs {
-		upsert(t, ix, o, false)
+		Upsert(t, ix, o, false)
 	}
 	return ix
 }
 
-func upsert(t testing.TB, ix *index.Index, obj any, live bool) {
+func Upsert(t testing.TB, ix *index.Index, obj any, live bool) {
 	t.Helper()
 	if err := ix.Upsert(obj, live); err != nil {
 		t.Fatalf("Upsert(%T): %v", obj, err)
 	}
 }
 
-func del(t testing.TB, ix *index.Index, obj any) {
+func Del(t testing.TB, ix *index.Index, obj any) {
 	t.Helper()
 	if err := ix.Delete(obj); err != nil {
 		t.Fatalf("Delete(%T): %v", obj, err)
 	}
 }
 
-func devKey(pool, device string) index.DeviceKey {
-	return index.DeviceKey{Driver: driver, Pool: pool, Device: device}
+func DevKey(pool, device string) index.DeviceKey {
+	return index.DeviceKey{Driver: Driver, Pool: pool, Device: device}
 }
 
 // deviceNames returns "pool/device" of every device, sorted.
-func deviceNames(s *index.Snapshot) []string {
+func DeviceNames(s *index.Snapshot) []string {
 	var out []string
 	for _, d := range s.Devices {
 		out = append(out, d.Key.Pool+"/"+d.Key.Device)
@@ -336,7 +339,7 @@ func deviceNames(s *index.Snapshot) []string {
 	return out
 }
 
-func classDeviceNames(s *index.Snapshot, class string) []string {
+func ClassDeviceNames(s *index.Snapshot, class string) []string {
 	var out []string
 	for _, d := range s.ClassDevices(class) {
 		out = append(out, d.Key.Pool+"/"+d.Key.Device)
