@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 
+	"golang.org/x/text/encoding/unicode"
+	"golang.org/x/text/transform"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -80,65 +82,139 @@ func LoadFiles(paths []string) ([]runtime.Object, []Problem, error) {
 }
 
 // Load reads YAML or JSON documents from r; each is an object or a List.
+// JSON may be one value, a stream of values (`kubectl get -o json >> f`,
+// JSON Lines) or an array of objects; YAML may hold many documents. UTF-8
+// and UTF-16 (with a byte-order mark) are read.
 func Load(name string, r io.Reader) ([]runtime.Object, []Problem, error) {
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
+	raw, err := io.ReadAll(transform.NewReader(r, unicode.BOMOverride(unicode.UTF8.NewDecoder())))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
 	var objs []runtime.Object
 	var problems []Problem
+	add := func(doc int, data []byte) {
+		o, p := decodeDocument(name, doc, data)
+		objs = append(objs, o...)
+		problems = append(problems, p...)
+	}
+	if isJSON(raw) {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		for doc := 1; ; doc++ {
+			var v json.RawMessage
+			err := dec.Decode(&v)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				// A JSON stream cannot be resynchronised after a syntax error.
+				problems = append(problems, Problem{File: name, Doc: doc, Err: fmt.Errorf("malformed JSON, the rest of the file is skipped: %w", err)})
+				break
+			}
+			add(doc, v)
+		}
+		return objs, problems, nil
+	}
+	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(raw)))
 	for doc := 1; ; doc++ {
-		raw, err := reader.Read()
+		chunk, err := reader.Read()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("%s: document %d: %w", name, doc, err)
 		}
-		if len(bytes.TrimSpace(raw)) == 0 {
+		chunk = dropDocumentEnd(chunk)
+		if len(bytes.TrimSpace(chunk)) == 0 {
 			continue
 		}
-		data, err := yaml.YAMLToJSON(raw)
+		data, err := yaml.YAMLToJSON(chunk)
 		if err != nil {
 			problems = append(problems, Problem{File: name, Doc: doc, Err: fmt.Errorf("malformed YAML: %w", err)})
 			continue
 		}
-		if string(bytes.TrimSpace(data)) == "null" {
-			continue
-		}
-		var head struct {
-			APIVersion string            `json:"apiVersion"`
-			Kind       string            `json:"kind"`
-			Items      []json.RawMessage `json:"items"`
-		}
-		if err := json.Unmarshal(data, &head); err != nil {
-			problems = append(problems, Problem{File: name, Doc: doc, Err: fmt.Errorf("malformed object: %w", err)})
-			continue
-		}
-		if head.Kind == "List" || (strings.HasSuffix(head.Kind, "List") && head.Items != nil) {
-			// A typed list (PodList) straight from the API omits each
-			// item's apiVersion and kind: they follow from the list.
-			itemKind := strings.TrimSuffix(head.Kind, "List")
-			for i, item := range head.Items {
-				if itemKind != "" && head.Kind != "List" {
-					item = withTypeMeta(item, head.APIVersion, itemKind)
-				}
-				obj, p := decode(item)
-				if p != nil {
-					p.File, p.Doc, p.Item = name, doc, i+1
-					problems = append(problems, *p)
-					continue
-				}
-				objs = append(objs, obj)
-			}
-			continue
-		}
-		obj, p := decode(data)
-		if p != nil {
-			p.File, p.Doc = name, doc
-			problems = append(problems, *p)
-			continue
-		}
-		objs = append(objs, obj)
+		add(doc, data)
 	}
 	return objs, problems, nil
+}
+
+// isJSON reports whether the input starts like JSON: an object or an array.
+func isJSON(raw []byte) bool {
+	t := bytes.TrimLeft(raw, " \t\r\n")
+	return len(t) > 0 && (t[0] == '{' || t[0] == '[')
+}
+
+// dropDocumentEnd removes YAML document-end markers ("..."), which the
+// document splitter leaves in place.
+func dropDocumentEnd(chunk []byte) []byte {
+	if !bytes.Contains(chunk, []byte("...")) {
+		return chunk
+	}
+	lines := bytes.SplitAfter(chunk, []byte("\n"))
+	out := lines[:0]
+	for _, l := range lines {
+		if string(bytes.TrimRight(l, " \t\r\n")) == "..." {
+			continue
+		}
+		out = append(out, l)
+	}
+	return bytes.Join(out, nil)
+}
+
+// decodeDocument decodes one JSON document: an object, a List (of any
+// kind, typed or not) or an array of objects.
+func decodeDocument(name string, doc int, data []byte) ([]runtime.Object, []Problem) {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || string(data) == "null" {
+		return nil, nil
+	}
+	var objs []runtime.Object
+	var problems []Problem
+	items := func(list []json.RawMessage, apiVersion, itemKind string) {
+		for i, item := range list {
+			if itemKind != "" {
+				item = withTypeMeta(item, apiVersion, itemKind)
+			}
+			obj, p := decode(item)
+			if p != nil {
+				p.File, p.Doc, p.Item = name, doc, i+1
+				problems = append(problems, *p)
+				continue
+			}
+			objs = append(objs, obj)
+		}
+	}
+	if data[0] == '[' {
+		var list []json.RawMessage
+		if err := json.Unmarshal(data, &list); err != nil {
+			return nil, []Problem{{File: name, Doc: doc, Err: fmt.Errorf("malformed JSON array: %w", err)}}
+		}
+		items(list, "", "")
+		return objs, problems
+	}
+	var head struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Items      []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(data, &head); err != nil {
+		return nil, []Problem{{File: name, Doc: doc, Err: fmt.Errorf("malformed object: %w", err)}}
+	}
+	if strings.HasSuffix(head.Kind, "List") {
+		// A typed list (PodList) straight from the API omits each item's
+		// apiVersion and kind: they follow from the list.
+		itemKind := ""
+		if head.Kind != "List" {
+			itemKind = strings.TrimSuffix(head.Kind, "List")
+		}
+		items(head.Items, head.APIVersion, itemKind)
+		return objs, problems
+	}
+	obj, p := decode(data)
+	if p != nil {
+		p.File, p.Doc = name, doc
+		return nil, []Problem{*p}
+	}
+	return []runtime.Object{obj}, nil
 }
 
 // decode turns one JSON object into a typed object. resource.k8s.io/v1beta2

@@ -407,3 +407,62 @@ func TestSupported(t *testing.T) {
 		}
 	}
 }
+
+// The shapes JSON takes when people collect it by hand: appended kubectl
+// output, JSON Lines from jq -c, a bare array.
+func TestLoadJSONStreams(t *testing.T) {
+	pod := func(name string) string {
+		return `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"` + name + `","namespace":"prod"},"spec":{"containers":[{"name":"main"}]}}`
+	}
+	list := `{"apiVersion":"v1","kind":"List","items":[` + pod("llm-1") + `]}`
+	for name, content := range map[string]string{
+		"concat.json": pod("llm-0") + "\n" + list + "\n",
+		"lines.jsonl": pod("llm-0") + "\n" + pod("llm-1") + "\n",
+		"array.json":  "[" + pod("llm-0") + ",\n" + pod("llm-1") + "]",
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs, problems := load(t, name, content)
+			noProblems(t, problems)
+			sameList(t, describe(objs), []string{"Pod prod/llm-0", "Pod prod/llm-1"})
+		})
+	}
+}
+
+// A syntax error in a JSON stream keeps what came before and says where
+// the rest was lost.
+func TestLoadJSONStreamTruncated(t *testing.T) {
+	objs, problems := load(t, "cut.json", `{"apiVersion":"v1","kind":"Node","metadata":{"name":"gpu-node-1"}}
+{"apiVersion":"v1","kind":"Node","metadata":{"name":`)
+	sameList(t, describe(objs), []string{"Node gpu-node-1"})
+	if len(problems) != 1 || problems[0].Doc != 2 || !strings.Contains(problems[0].String(), "rest of the file is skipped") {
+		t.Errorf("problems: %v", problems)
+	}
+}
+
+// Windows PowerShell 5 writes `kubectl get -o yaml > f` as UTF-16LE with a BOM.
+func TestLoadUTF16(t *testing.T) {
+	text := "apiVersion: v1\r\nkind: Node\r\nmetadata:\r\n  name: gpu-node-1\r\n"
+	b := []byte{0xff, 0xfe}
+	for _, r := range text {
+		b = append(b, byte(r), 0)
+	}
+	objs, problems := load(t, "utf16.yaml", string(b))
+	noProblems(t, problems)
+	sameList(t, describe(objs), []string{"Node gpu-node-1"})
+}
+
+func TestLoadYAMLDocumentEndAndNullItems(t *testing.T) {
+	objs, problems := load(t, "ends.yaml", `apiVersion: v1
+kind: Node
+metadata:
+  name: gpu-node-1
+...
+---
+apiVersion: v1
+kind: PodList
+items: null
+...
+`)
+	noProblems(t, problems)
+	sameList(t, describe(objs), []string{"Node gpu-node-1"})
+}
