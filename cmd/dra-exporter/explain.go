@@ -80,9 +80,16 @@ func explain(args []string, stdout, stderr io.Writer) int {
 	if err := classify.Format(stdout, classify.Pod(s, p)); err != nil {
 		return 1
 	}
+	// Leaks that name this pod (one line a claim and reason, not a device).
+	seen := map[string]bool{}
 	for _, l := range classify.Leaks(s, now, cfg.unreservedGrace) {
-		if l.PodUID == p.UID || l.Pod == p.Key.Name {
-			fmt.Fprintf(stdout, "Leak: claim %s %s: %s\n", l.Claim.Key, l.Reason, l.Detail)
+		if l.Claim.Key.Namespace != p.Key.Namespace || (l.PodUID != p.UID && l.Pod != p.Key.Name) {
+			continue
+		}
+		line := fmt.Sprintf("Leak: claim %s %s: %s", l.Claim.Key, l.Reason, l.Detail)
+		if !seen[line] {
+			seen[line] = true
+			fmt.Fprintln(stdout, line)
 		}
 	}
 	return 0

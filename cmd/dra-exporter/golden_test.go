@@ -116,6 +116,17 @@ func TestExplainAgreesWithMetric(t *testing.T) {
 		if mf == nil {
 			continue
 		}
+		// The leaks explain may print for a pod: those naming it, in its namespace.
+		leaks := map[string]bool{}
+		if lf := families["dra_claim_reservation_leak"]; lf != nil {
+			for _, m := range lf.GetMetric() {
+				l := map[string]string{}
+				for _, lp := range m.GetLabel() {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				leaks[l["namespace"]+"/"+l["pod"]+" "+l["namespace"]+"/"+l["claim"]+" "+l["reason"]] = true
+			}
+		}
 		for _, m := range mf.GetMetric() {
 			labels := map[string]string{}
 			for _, lp := range m.GetLabel() {
@@ -129,6 +140,22 @@ func TestExplainAgreesWithMetric(t *testing.T) {
 			verdict := "Verdict: BLOCKED  layer=" + labels["layer"] + "  reason=" + labels["reason"]
 			if !strings.Contains(out.String(), verdict) {
 				t.Errorf("%s: explain %s does not say %q:\n%s", filepath.Base(dir), target, verdict, out.String())
+			}
+			printed := map[string]bool{}
+			for _, line := range strings.Split(out.String(), "\n") {
+				rest, ok := strings.CutPrefix(line, "Leak: claim ")
+				if !ok {
+					continue
+				}
+				claim, reason, _ := strings.Cut(strings.SplitN(rest, ":", 2)[0], " ")
+				key := target + " " + claim + " " + reason
+				if !leaks[key] {
+					t.Errorf("%s: explain %s prints a leak with no series naming the pod: %q", filepath.Base(dir), target, line)
+				}
+				if printed[key] {
+					t.Errorf("%s: explain %s prints a leak twice: %q", filepath.Base(dir), target, line)
+				}
+				printed[key] = true
 			}
 			checked++
 		}
