@@ -296,8 +296,12 @@ func TestExtendedResourcePendingPod(t *testing.T) {
 	}{
 		{"no devices, no device plugin", []any{GPUClass(), extPod(1)}, classify.NoDevicesForClass},
 		{"one free DRA device, two wanted", world(extPod(2), holder("a", "gpu-0")), classify.CapacityExhausted},
+		// One node serves the request through one lane: a free DRA GPU on
+		// node-1 and a free device-plugin GPU on dp-node do not make two.
 		{"one free DRA device and one free device-plugin GPU", world(extPod(2), holder("a", "gpu-0"),
-			Node("dp-node", 8), dpUser("dp-a", 4), dpUser("dp-b", 3)), classify.Unallocated},
+			Node("dp-node", 8), dpUser("dp-a", 4), dpUser("dp-b", 3)), classify.CapacityExhausted},
+		{"two free device-plugin GPUs on one node", world(extPod(2), holder("a", "gpu-0"),
+			Node("dp-node", 8), dpUser("dp-a", 6)), classify.Unallocated},
 		{"device-plugin GPUs all used", world(extPod(2), holder("a", "gpu-0"),
 			Node("dp-node", 8), dpUser("dp-a", 8)), classify.CapacityExhausted},
 		{"device-plugin only, enough free", []any{GPUClass(), extPod(2), Node("dp-node", 8)}, classify.Unallocated},
@@ -581,5 +585,87 @@ func TestFormatDeterministic(t *testing.T) {
 				break
 			}
 		}
+	}
+}
+
+// The scheduler allocates a claim from the devices one node reaches;
+// device taints count unless the request tolerates them; a selector that
+// fails to evaluate on a device rejects that device's node.
+func TestCapacityPerNode(t *testing.T) {
+	twoNodes := func(extra ...any) []any {
+		return world(append([]any{Node("node-2", 0), Slice("node-2", "node-2", 1, gpus("gpu-0", "gpu-1")...)}, extra...)...)
+	}
+	holderOn := func(name, node, device string) *resourceapi.ResourceClaim {
+		other := Pod("holder-"+name, "uid-holder-"+name)
+		return ReservedFor(Allocated(Claim(name, "uid-"+name), node, T0.Add(-time.Hour), Result("gpu", node, device)), other)
+	}
+	exact := func(n int64, mode resourceapi.DeviceAllocationMode) resourceapi.DeviceRequest {
+		r := Request("gpu", GPUClassName)
+		r.Exactly.Count, r.Exactly.AllocationMode = n, mode
+		return r
+	}
+	tainted := func(node string, effect resourceapi.DeviceTaintEffect) *resourceapi.ResourceSlice {
+		devs := gpus("gpu-0", "gpu-1")
+		for i := range devs {
+			devs[i].Taints = []resourceapi.DeviceTaint{{Key: "gpu.nvidia.com/xid", Value: "79", Effect: effect}}
+		}
+		return Slice(node, node, 1, devs...)
+	}
+	tolerating := func(r resourceapi.DeviceRequest, tol resourceapi.DeviceToleration) resourceapi.DeviceRequest {
+		r.Exactly = r.Exactly.DeepCopy()
+		r.Exactly.Tolerations = []resourceapi.DeviceToleration{tol}
+		return r
+	}
+	oldDriver := GPUDevice("gpu-0", "GPU-old-0")
+	delete(oldDriver.Attributes, "productName")
+	product := "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA')"
+
+	tests := []struct {
+		name     string
+		req      []resourceapi.DeviceRequest
+		objs     []any
+		want     classify.Reason
+		evidence string
+	}{
+		{"count 2: one free on each node (fragmented)", []resourceapi.DeviceRequest{exact(2, resourceapi.DeviceAllocationModeExactCount)},
+			twoNodes(holderOn("a", "node-1", "gpu-0"), holderOn("b", "node-2", "gpu-0")), classify.CapacityExhausted, "at most 1 on one node"},
+		{"count 2: two free on node-2", []resourceapi.DeviceRequest{exact(2, resourceapi.DeviceAllocationModeExactCount)},
+			twoNodes(holderOn("a", "node-1", "gpu-0")), classify.Unallocated, "2 on node node-2"},
+		{"count 3: no node has 3", []resourceapi.DeviceRequest{exact(3, resourceapi.DeviceAllocationModeExactCount)},
+			twoNodes(), classify.CapacityExhausted, "cannot be allocated as written"},
+		{"All: node-2 entirely free", []resourceapi.DeviceRequest{exact(0, resourceapi.DeviceAllocationModeAll)},
+			twoNodes(holderOn("a", "node-1", "gpu-0")), classify.Unallocated, "reachable from node node-2 is free"},
+		{"All: a device taken on every node", []resourceapi.DeviceRequest{exact(0, resourceapi.DeviceAllocationModeAll)},
+			twoNodes(holderOn("a", "node-1", "gpu-0"), holderOn("b", "node-2", "gpu-1")), classify.CapacityExhausted, "no node has all of them free"},
+		{"NoSchedule taint not tolerated", []resourceapi.DeviceRequest{Request("gpu", GPUClassName)},
+			[]any{GPUClass(), Node("node-1", 0), tainted("node-1", resourceapi.DeviceTaintEffectNoSchedule)}, classify.CapacityExhausted, "0 of 2 matching devices are free"},
+		{"NoSchedule taint tolerated (Exists)", []resourceapi.DeviceRequest{tolerating(Request("gpu", GPUClassName),
+			resourceapi.DeviceToleration{Key: "gpu.nvidia.com/xid", Operator: resourceapi.DeviceTolerationOpExists})},
+			[]any{GPUClass(), Node("node-1", 0), tainted("node-1", resourceapi.DeviceTaintEffectNoSchedule)}, classify.Unallocated, "2 of 2 matching devices are free"},
+		{"taint tolerated for another value (Equal)", []resourceapi.DeviceRequest{tolerating(Request("gpu", GPUClassName),
+			resourceapi.DeviceToleration{Key: "gpu.nvidia.com/xid", Operator: resourceapi.DeviceTolerationOpEqual, Value: "48"})},
+			[]any{GPUClass(), Node("node-1", 0), tainted("node-1", resourceapi.DeviceTaintEffectNoExecute)}, classify.CapacityExhausted, "0 of 2"},
+		{"None effect does not keep devices", []resourceapi.DeviceRequest{Request("gpu", GPUClassName)},
+			[]any{GPUClass(), Node("node-1", 0), tainted("node-1", resourceapi.DeviceTaintEffectNone)}, classify.Unallocated, "2 of 2"},
+		{"selector error on node-1's device: node-2 still serves", []resourceapi.DeviceRequest{withSelectors(Request("gpu", GPUClassName), product)},
+			[]any{GPUClass(), Node("node-1", 0), Node("node-2", 0), Slice("node-1", "node-1", 1, oldDriver),
+				Slice("node-2", "node-2", 1, gpus("gpu-0")...)}, classify.Unallocated, "failed to evaluate on 1 devices"},
+		{"selector error on every node", []resourceapi.DeviceRequest{withSelectors(Request("gpu", GPUClassName), product)},
+			[]any{GPUClass(), Node("node-1", 0), Slice("node-1", "node-1", 1, oldDriver, GPUDevice("gpu-1", "GPU-1"))},
+			classify.SelectorMatchesNothing, "also reaches a device the selectors fail on"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs := append([]any{statusPod(), genClaim(tt.req...)}, tt.objs...)
+			v := verdictOf(t, podName, objs...)
+			checkVerdict(t, v, want{tt.want, tt.want.Layer(), claimName, "", ""})
+			var out bytes.Buffer
+			if err := classify.Format(&out, v); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(out.String(), tt.evidence) {
+				t.Errorf("explain lacks %q:\n%s", tt.evidence, out.String())
+			}
+		})
 	}
 }

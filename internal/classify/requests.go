@@ -16,20 +16,22 @@ type candidate struct {
 	name      string
 	class     string
 	selectors []resourceapi.DeviceSelector
-	mode      resourceapi.DeviceAllocationMode
-	count     int64
-	admin     bool
+	mode        resourceapi.DeviceAllocationMode
+	count       int64
+	admin       bool
+	tolerations []resourceapi.DeviceToleration
 }
 
 func candidates(r resourceapi.DeviceRequest) []candidate {
 	if r.Exactly != nil {
 		e := r.Exactly
 		return []candidate{{name: r.Name, class: e.DeviceClassName, selectors: e.Selectors, mode: e.AllocationMode, count: e.Count,
-			admin: e.AdminAccess != nil && *e.AdminAccess}}
+			admin: e.AdminAccess != nil && *e.AdminAccess, tolerations: e.Tolerations}}
 	}
 	out := make([]candidate, 0, len(r.FirstAvailable))
 	for _, s := range r.FirstAvailable {
-		out = append(out, candidate{name: r.Name + "/" + s.Name, class: s.DeviceClassName, selectors: s.Selectors, mode: s.AllocationMode, count: s.Count})
+		out = append(out, candidate{name: r.Name + "/" + s.Name, class: s.DeviceClassName, selectors: s.Selectors, mode: s.AllocationMode, count: s.Count,
+			tolerations: s.Tolerations})
 	}
 	return out
 }
@@ -100,37 +102,77 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	}
 	ch.links = append(ch.links, pub)
 
-	selected, free, errs := w.s.Select(class.Name, cand.selectors)
+	sel := w.s.Select(class.Name, cand.selectors, cand.tolerations)
+	selected := sel.Devices
+	var errEv []string
+	if sel.Errors > 0 {
+		errEv = append([]string{fmt.Sprintf("the selectors failed to evaluate on %d devices; the scheduler aborts allocation on every node that reaches one", sel.Errors)}, sel.ErrorSample...)
+	}
 	if len(cand.selectors) > 0 {
 		if len(selected) == 0 {
 			ev := []string{fmt.Sprintf("the request's selectors keep 0 of the %d devices of class %s", len(devices), class.Name)}
 			ev = append(ev, expressions(cand.selectors)...)
-			ev = append(ev, errs...)
+			ev = append(ev, errEv...)
 			return failed(link("request selectors match devices"), SelectorMatchesNothing, ev...)
 		}
-		sel := link("request selectors match devices")
-		sel.State, sel.Evidence = Pass, []string{fmt.Sprintf("%d of %d devices of class %s match", len(selected), len(devices), class.Name)}
-		ch.links = append(ch.links, sel)
+		if sel.Nodes == 0 {
+			ev := []string{fmt.Sprintf("the request's selectors keep %d of the %d devices of class %s, but every node that reaches them also reaches a device the selectors fail on", len(selected), len(devices), class.Name)}
+			ev = append(ev, expressions(cand.selectors)...)
+			ev = append(ev, errEv...)
+			return failed(link("request selectors match devices"), SelectorMatchesNothing, ev...)
+		}
+		l := link("request selectors match devices")
+		l.State, l.Evidence = Pass, []string{fmt.Sprintf("%d of %d devices of class %s match", len(selected), len(devices), class.Name)}
+		l.Evidence = append(l.Evidence, errEv...)
+		ch.links = append(ch.links, l)
+	} else if sel.Nodes == 0 {
+		ev := []string{fmt.Sprintf("every node that reaches a device of class %s also reaches a device the class selectors fail on", class.Name)}
+		return failed(link("devices published for class"), NoDevicesForClass, append(ev, errEv...)...)
 	}
 
 	if cand.admin {
 		return ch // admin access may use devices that are allocated
 	}
-	need := int(max(cand.count, 1))
-	if cand.mode == resourceapi.DeviceAllocationModeAll {
-		need = len(selected)
-	}
 	capLink := link("free matching devices")
-	if free < need {
-		ev := []string{fmt.Sprintf("%d of %d matching devices are free, the request needs %d", free, len(selected), need)}
+	if cand.mode == resourceapi.DeviceAllocationModeAll {
+		if !sel.AllFree {
+			ev := []string{fmt.Sprintf("allocationMode All takes every matching device reachable from one node; no node has all of them free (%d of %d matching devices are free)", sel.Free, len(selected))}
+			if w.explain {
+				ev = append(ev, holders(w.s, selected)...)
+			}
+			return failed(capLink, CapacityExhausted, ev...)
+		}
+		capLink.State, capLink.Evidence = Pass, []string{fmt.Sprintf("allocationMode All: every matching device reachable from %s is free", nodeName(sel.AllFreeNode))}
+		ch.links = append(ch.links, capLink)
+		return ch
+	}
+	need := int(max(cand.count, 1))
+	switch {
+	case sel.MostOnANode < need:
+		ev := []string{fmt.Sprintf("the request needs %d devices from one node, and no node reaches more than %d matching devices (%d in all): it cannot be allocated as written", need, sel.MostOnANode, len(selected))}
+		return failed(capLink, CapacityExhausted, ev...)
+	case sel.BestNodeFree < need:
+		var ev []string
+		if sel.Free >= need {
+			ev = []string{fmt.Sprintf("%d of %d matching devices are free, but at most %d on one node (%s); the request needs %d from one node", sel.Free, len(selected), sel.BestNodeFree, nodeName(sel.BestNode), need)}
+		} else {
+			ev = []string{fmt.Sprintf("%d of %d matching devices are free, the request needs %d", sel.Free, len(selected), need)}
+		}
 		if w.explain {
 			ev = append(ev, holders(w.s, selected)...)
 		}
 		return failed(capLink, CapacityExhausted, ev...)
 	}
-	capLink.State, capLink.Evidence = Pass, []string{fmt.Sprintf("%d of %d matching devices are free, the request needs %d", free, len(selected), need)}
+	capLink.State, capLink.Evidence = Pass, []string{fmt.Sprintf("%d of %d matching devices are free (%d on %s), the request needs %d", sel.Free, len(selected), sel.BestNodeFree, nodeName(sel.BestNode), need)}
 	ch.links = append(ch.links, capLink)
 	return ch
+}
+
+func nodeName(n string) string {
+	if n == "" {
+		return "network-attached pools"
+	}
+	return "node " + n
 }
 
 func (w *walker) classEvidence(class *index.Class) []string {
@@ -262,10 +304,27 @@ func (w *walker) walkExtendedRequests() {
 			failedAny = true
 			continue
 		}
-		_, draFree, _ := w.s.Select(class.Name, nil)
-		free := pluginFree + int64(draFree)
-		ev := fmt.Sprintf("%d DRA devices of class %s, %d device-plugin %s on nodes; %d free, the pod requests %d", len(devices), class.Name, pluginTotal, name, free, want)
-		if free < want {
+		sel := w.s.Select(class.Name, nil, nil)
+		free := pluginFree + int64(sel.Free)
+		// One node serves the whole request: through its device plugin
+		// when it advertises the resource, else through DRA.
+		best, bestNode := int64(sel.FreeOn("")), ""
+		nodes := sel.DeviceNodes()
+		for _, n := range w.s.Nodes {
+			nodes = append(nodes, n.Name)
+		}
+		for _, n := range nodes {
+			f := int64(sel.FreeOn(n))
+			if w.s.Node(n) != nil && w.s.Node(n).Allocatable[name] > 0 {
+				f = w.s.DevicePluginFreeOn(n, name)
+			}
+			if f > best {
+				best, bestNode = f, n
+			}
+		}
+		ev := fmt.Sprintf("%d DRA devices of class %s, %d device-plugin %s on nodes; %d free, at most %d on one node (%s); the pod requests %d",
+			len(devices), class.Name, pluginTotal, name, free, best, bestNode, want)
+		if best < want {
 			w.fail(Link{Step: step, Class: class.Name, Reason: CapacityExhausted, Evidence: []string{ev}}, nil, "")
 			failedAny = true
 			continue

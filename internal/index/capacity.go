@@ -154,3 +154,13 @@ func (s *Snapshot) DevicePluginFree(name string) int64 {
 	}
 	return free
 }
+
+// DevicePluginFreeOn returns how many units of a device-plugin resource are
+// free on one node.
+func (s *Snapshot) DevicePluginFreeOn(node, name string) int64 {
+	n := s.nodesByName[node]
+	if n == nil {
+		return 0
+	}
+	return max(n.Allocatable[name]-s.devicePluginUsed()[nodeResource{node, name}], 0)
+}

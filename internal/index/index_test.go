@@ -936,16 +936,19 @@ func TestSelectMemoAndErrors(t *testing.T) {
 	all := DeviceClass("all", "device.driver == 'gpu.nvidia.com'")
 	s := Build(t, index.Config{}, all, Slice("node-1", "node-1", 1, d, m)).Snapshot()
 	sel := CEL("device.attributes['gpu.nvidia.com'].profile == '1g.5gb'")
-	got, free, errs := s.Select("all", sel)
-	if len(got) != 1 || got[0].Key.Device != "gpu-1-mig" || free != 1 {
-		t.Errorf("Select = %v (%d free), want the free MIG device", got, free)
+	got := s.Select("all", sel, nil)
+	if len(got.Devices) != 1 || got.Devices[0].Key.Device != "gpu-1-mig" || got.Free != 1 {
+		t.Errorf("Select = %v (%d free), want the free MIG device", got.Devices, got.Free)
 	}
-	if len(errs) != 1 || !strings.Contains(errs[0], "gpu.nvidia.com/node-1/gpu-0") {
-		t.Errorf("Select errors = %v, want one naming the full GPU", errs)
+	if got.Errors != 1 || len(got.ErrorSample) != 1 || !strings.Contains(got.ErrorSample[0], "gpu.nvidia.com/node-1/gpu-0") {
+		t.Errorf("Select errors = %d %v, want one naming the full GPU", got.Errors, got.ErrorSample)
 	}
-	again, _, _ := s.Select("all", sel)
-	if len(again) != 1 {
-		t.Errorf("memoised Select = %v", again)
+	// The scheduler aborts on node-1: its full GPU makes the selector fail.
+	if got.Nodes != 0 || got.BestNodeFree != 0 {
+		t.Errorf("Select usable nodes = %d (best %d free), want none", got.Nodes, got.BestNodeFree)
+	}
+	if again := s.Select("all", sel, nil); again != got {
+		t.Errorf("Select is not memoised")
 	}
 	if err := s.CompileSelectors(CEL("device.driver ==")); err == nil {
 		t.Errorf("CompileSelectors of a broken expression = nil")
