@@ -13,9 +13,9 @@ import (
 // candidate is one way to satisfy a request: the request itself, or one of
 // its firstAvailable subrequests.
 type candidate struct {
-	name      string
-	class     string
-	selectors []resourceapi.DeviceSelector
+	name        string
+	class       string
+	selectors   []resourceapi.DeviceSelector
 	mode        resourceapi.DeviceAllocationMode
 	count       int64
 	admin       bool
