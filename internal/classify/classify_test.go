@@ -414,6 +414,62 @@ func TestNodePrepareFailedEvidence(t *testing.T) {
 	}
 }
 
+// The kubelet prepares DRA resources before it creates the sandbox: a
+// ready sandbox, or a container waiting on its image or config, proves
+// preparation passed, and a prepare failure from before that is history.
+func TestPreparedButNotStarted(t *testing.T) {
+	gpu0 := Result("gpu", "node-1", "gpu-0")
+	reservedClaim := ReservedFor(Allocated(genClaim(), "node-1", T0, gpu0), statusPod())
+	sandboxReady := func(p *corev1.Pod, at time.Time) *corev1.Pod {
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReadyToStartContainers,
+			Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at)})
+		return p
+	}
+	waiting := func(p *corev1.Pod, reason string) *corev1.Pod {
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}}
+		return p
+	}
+	prepareFailed := func(at time.Time) *corev1.Event {
+		return Event("e", statusPod(), index.ReasonFailedPrepareDynamicResources, "NodePrepareResources failed for ResourceClaim "+claimName, at)
+	}
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		objs []any
+		want want
+	}{
+		{"image pull back-off", waiting(Bound(statusPod(), "node-1"), "ImagePullBackOff"), nil,
+			want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
+		{"missing secret", waiting(Bound(statusPod(), "node-1"), "CreateContainerConfigError"), nil,
+			want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
+		{"sandbox ready after an old prepare failure", sandboxReady(waiting(Bound(statusPod(), "node-1"), "ContainerCreating"), T0),
+			[]any{prepareFailed(T0.Add(-10 * time.Minute))}, want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
+		{"prepare failure after the sandbox was ready", sandboxReady(Bound(statusPod(), "node-1"), T0.Add(-10*time.Minute)),
+			[]any{prepareFailed(T0)}, want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"}},
+		{"still creating", waiting(Bound(statusPod(), "node-1"), "ContainerCreating"), nil,
+			want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := verdictOf(t, podName, world(append([]any{tt.pod, reservedClaim}, tt.objs...)...)...)
+			checkVerdict(t, v, tt.want)
+		})
+	}
+}
+
+// A prepare failure names its claim: the verdict carries that claim and its
+// device, not the pod's first.
+func TestNodePrepareFailedNamesTheClaim(t *testing.T) {
+	p := WithNamedClaim(Bound(statusPod(), "node-1"), "channel", "llm-0-channel")
+	gpuClaim := ReservedFor(Allocated(genClaim(), "node-1", T0, Result("gpu", "node-1", "gpu-0")), p)
+	channel := ReservedFor(Allocated(Claim("llm-0-channel", "uid-channel", Request("channel", GPUClassName)), "node-1", T0,
+		Result("channel", "node-1", "gpu-1")), p)
+	ev := Event("e", p, index.ReasonFailedPrepareDynamicResources,
+		"Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim llm-0-channel: compute domain not ready", T0)
+	v := verdictOf(t, podName, world(p, gpuClaim, channel, ev)...)
+	checkVerdict(t, v, want{classify.NodePrepareFailed, classify.LayerNode, "llm-0-channel", "node-1", "gpu-1"})
+}
+
 func TestNodeFromDeviceWhenNoSelector(t *testing.T) {
 	c := ReservedFor(Allocated(genClaim(), "", T0, Result("gpu", "node-1", "gpu-1")), Pod("someone-else", "uid-x"))
 	v := verdictOf(t, podName, world(statusPod(), c)...)

@@ -361,15 +361,33 @@ func (w *walker) walkPod(claims []index.PodClaim) {
 
 	prepared := Link{Step: "node prepared the devices", Layer: LayerNode}
 	if !w.p.Started() {
-		if e := nodeFailure(w.s.PodEvents(w.p)); e != nil {
+		failure := nodeFailure(w.s.PodEvents(w.p))
+		sandbox, since := w.p.SandboxReady()
+		if failure != nil && sandbox && !failure.Timestamp.After(since) {
+			failure = nil // an earlier, transient failure: preparation has since succeeded
+		}
+		var claim *index.Claim
+		switch {
+		case failure != nil:
 			prepared.Reason = NodePrepareFailed
-			prepared.Evidence = []string{eventEvidence(e)}
-		} else {
+			prepared.Evidence = []string{eventEvidence(failure)}
+			if claim = w.failedClaim(failure); claim != nil {
+				prepared.Claim = claim.Key.Name
+			}
+		case sandbox:
+			prepared.State = Pass
+			prepared.Evidence = []string{"the pod sandbox is ready (or a container waits on its image or config), so NodePrepareResources succeeded"}
+			w.add(prepared)
+			started := Link{Step: "containers started", Layer: LayerApplication, Reason: NotReady}
+			started.Evidence = append([]string{fmt.Sprintf("pod phase %s; no container has started", pod.Status.Phase)}, waitingReasons(pod)...)
+			w.fail(started, nil, "")
+			return
+		default:
 			prepared.Reason = NodePreparePending
 			prepared.Evidence = []string{fmt.Sprintf("pod phase %s; no container has started", pod.Status.Phase)}
 			prepared.Evidence = append(prepared.Evidence, waitingReasons(pod)...)
 		}
-		w.fail(prepared, nil, "")
+		w.fail(prepared, claim, prepared.Claim)
 		return
 	}
 	prepared.State = Pass
@@ -386,6 +404,23 @@ func (w *walker) walkPod(claims []index.PodClaim) {
 	ready.State = Pass
 	ready.Evidence = []string{"condition Ready=True"}
 	w.add(ready)
+}
+
+// failedClaim returns the pod's claim a node failure event names (nil when
+// it names none).
+func (w *walker) failedClaim(e *index.Event) *index.Claim {
+	var best *index.Claim
+	for _, pc := range w.s.ResolvePodClaims(w.p) {
+		if pc.Claim == nil {
+			continue
+		}
+		// The longest name that appears wins: claim names may be prefixes
+		// of each other (llm-0-gpu, llm-0-gpu-mig).
+		if n := pc.Claim.Key.Name; strings.Contains(e.Message, n) && (best == nil || len(n) > len(best.Key.Name)) {
+			best = pc.Claim
+		}
+	}
+	return best
 }
 
 // nodeFailure returns the newest node-side DRA failure event.

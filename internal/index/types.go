@@ -224,6 +224,32 @@ func (p *Pod) Started() bool {
 	return false
 }
 
+// SandboxReady reports whether the node has evidently prepared the pod's
+// devices although no container has run yet, and since when. The kubelet
+// prepares DRA resources before it creates the pod sandbox, so the
+// condition PodReadyToStartContainers=True proves it; so does a container
+// waiting for a reason that only comes after the sandbox exists (an image
+// pull, a missing ConfigMap or Secret).
+func (p *Pod) SandboxReady() (bool, time.Time) {
+	for _, c := range p.Obj.Status.Conditions {
+		if c.Type == corev1.PodReadyToStartContainers && c.Status == corev1.ConditionTrue {
+			return true, c.LastTransitionTime.Time
+		}
+	}
+	for _, statuses := range [][]corev1.ContainerStatus{p.Obj.Status.InitContainerStatuses, p.Obj.Status.ContainerStatuses} {
+		for _, cs := range statuses {
+			if cs.State.Waiting == nil {
+				continue
+			}
+			switch cs.State.Waiting.Reason {
+			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError":
+				return true, time.Time{}
+			}
+		}
+	}
+	return false, time.Time{}
+}
+
 func podCondition(p *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStatus {
 	for _, c := range p.Status.Conditions {
 		if c.Type == t {

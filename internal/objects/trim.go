@@ -97,7 +97,7 @@ func (t Trimmer) pod(in *corev1.Pod) *corev1.Pod {
 	}
 	for _, c := range st.Conditions {
 		switch c.Type {
-		case corev1.PodScheduled, corev1.PodReady, corev1.ContainersReady:
+		case corev1.PodScheduled, corev1.PodReady, corev1.ContainersReady, corev1.PodReadyToStartContainers:
 			out.Status.Conditions = append(out.Status.Conditions, c)
 		}
 	}
