@@ -300,6 +300,7 @@ func TestSelf(t *testing.T) {
 	s.Event("pods", "delete")
 	s.WatchError("resourceclaims")
 	s.Rejected("pods")
+	s.APIServerUp(false)
 	want := expect(s.Defs(),
 		fam("dra_exporter_informer_synced", `{resource="pods"} 0`, `{resource="resourceclaims"} 1`),
 		fam("dra_exporter_events_total",
@@ -307,11 +308,14 @@ func TestSelf(t *testing.T) {
 			`{resource="resourceclaims",type="add"} 0`, `{resource="resourceclaims",type="delete"} 0`, `{resource="resourceclaims",type="update"} 0`),
 		fam("dra_exporter_watch_errors_total", `{resource="pods"} 0`, `{resource="resourceclaims"} 1`),
 		fam("dra_exporter_objects_rejected_total", `{resource="pods"} 1`),
+		fam("dra_exporter_apiserver_up", ` 0`),
 	)
 	compareAndLint(t, s, want)
+	s.APIServerUp(true)
 	synced = true
-	after := expect(s.Defs(), fam("dra_exporter_informer_synced", `{resource="pods"} 1`, `{resource="resourceclaims"} 1`))
-	if err := testutil.CollectAndCompare(s, strings.NewReader(after), "dra_exporter_informer_synced"); err != nil {
+	after := expect(s.Defs(), fam("dra_exporter_informer_synced", `{resource="pods"} 1`, `{resource="resourceclaims"} 1`),
+		fam("dra_exporter_apiserver_up", ` 1`))
+	if err := testutil.CollectAndCompare(s, strings.NewReader(after), "dra_exporter_informer_synced", "dra_exporter_apiserver_up"); err != nil {
 		t.Errorf("after sync: %v", err)
 	}
 }

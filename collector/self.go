@@ -16,6 +16,8 @@ var (
 	watchErrors = newDef("dra_exporter_watch_errors_total", typeCounter,
 		"Errors listing or watching a resource (API server unreachable, forbidden, resource not served). The exporter keeps serving its last known state.",
 		"resource").live()
+	apiServerUp = newDef("dra_exporter_apiserver_up", typeGauge,
+		"Whether the API server answered the exporter's last /readyz probe (1) or not (0). While it is 0 the exporter serves its last known state.").live()
 	objectsRejected = newDef("dra_exporter_objects_rejected_total", typeCounter,
 		"Objects the index could not use (unexpected type), per resource.",
 		"resource").live()
@@ -27,6 +29,7 @@ type Self struct {
 	events   *prometheus.CounterVec
 	errors   *prometheus.CounterVec
 	rejected *prometheus.CounterVec
+	up       prometheus.Gauge
 
 	mu     sync.Mutex
 	synced map[string]func() bool
@@ -38,13 +41,14 @@ func NewSelf() *Self {
 		events:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: eventsTotal.Name, Help: eventsTotal.Help}, eventsTotal.Labels),
 		errors:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: watchErrors.Name, Help: watchErrors.Help}, watchErrors.Labels),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: objectsRejected.Name, Help: objectsRejected.Help}, objectsRejected.Labels),
+		up:       prometheus.NewGauge(prometheus.GaugeOpts{Name: apiServerUp.Name, Help: apiServerUp.Help}),
 		synced:   map[string]func() bool{},
 	}
 }
 
 // Defs lists the self families.
 func (s *Self) Defs() []*Def {
-	return []*Def{informerSynced, eventsTotal, watchErrors, objectsRejected}
+	return []*Def{informerSynced, eventsTotal, watchErrors, objectsRejected, apiServerUp}
 }
 
 // Event counts one processed watch event.
@@ -52,6 +56,9 @@ func (s *Self) Event(resource, typ string) { s.events.WithLabelValues(resource, 
 
 // WatchError counts one list/watch failure.
 func (s *Self) WatchError(resource string) { s.errors.WithLabelValues(resource).Inc() }
+
+// APIServerUp records the outcome of the last API server probe.
+func (s *Self) APIServerUp(up bool) { s.up.Set(boolFloat(up)) }
 
 // Rejected counts an object the index refused.
 func (s *Self) Rejected(resource string) { s.rejected.WithLabelValues(resource).Inc() }
@@ -74,6 +81,7 @@ func (s *Self) Describe(ch chan<- *prometheus.Desc) {
 	s.events.Describe(ch)
 	s.errors.Describe(ch)
 	s.rejected.Describe(ch)
+	s.up.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -86,4 +94,5 @@ func (s *Self) Collect(ch chan<- prometheus.Metric) {
 	s.events.Collect(ch)
 	s.errors.Collect(ch)
 	s.rejected.Collect(ch)
+	s.up.Collect(ch)
 }

@@ -40,6 +40,7 @@ func serve(args []string, stderr io.Writer) int {
 	systemd := fs.Bool("web.systemd-socket", false, "Use systemd socket activation listeners instead of port listeners (Linux only).")
 	metricsPath := fs.String("web.telemetry-path", "/metrics", "Path under which to expose metrics.")
 	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config).")
+	probeInterval := fs.Duration("kube.probe-interval", 15*time.Second, "How often to probe the API server's /readyz (dra_exporter_apiserver_up).")
 	level := promslog.NewLevel()
 	format := promslog.NewFormat()
 	_ = format.Set("logfmt")
@@ -90,6 +91,8 @@ func serve(args []string, stderr io.Writer) int {
 		logger.Error("start informers", "err", err)
 		return 1
 	}
+
+	go kube.Probe(ctx, client.Discovery().RESTClient(), self, *probeInterval, logger)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(

@@ -51,6 +51,8 @@ type ControlPlane struct {
 	Admin      *rest.Config
 	Client     kubernetes.Interface
 
+	etcdURL string
+
 	mu    sync.Mutex
 	procs map[string]*process
 	ports map[string]int
@@ -121,27 +123,9 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 		return err
 	}
 
-	certs := filepath.Join(cp.Dir, "certs")
+	cp.etcdURL = etcdURL
 	cp.APIServer = fmt.Sprintf("https://127.0.0.1:%d", cp.ports["apiserver"])
-	if err := cp.spawn("kube-apiserver",
-		"--etcd-servers="+etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(cp.ports["apiserver"]),
-		"--cert-dir="+certs,
-		"--token-auth-file="+filepath.Join(certs, "tokens.csv"),
-		"--service-account-key-file="+filepath.Join(certs, "sa.pub"),
-		"--service-account-signing-key-file="+filepath.Join(certs, "sa.key"),
-		"--service-account-issuer=https://kubernetes.default.svc",
-		"--authorization-mode=Node,RBAC",
-		"--service-cluster-ip-range=10.96.0.0/16",
-		"--endpoint-reconciler-type=none",
-		// Without a kubelet every new Node would stay tainted not-ready.
-		"--disable-admission-plugins=TaintNodesByCondition",
-		"--v=1",
-	); err != nil {
-		return err
-	}
-	if err := cp.waitHTTP(ctx, "kube-apiserver", cp.APIServer+"/readyz", adminToken); err != nil {
+	if err := cp.StartAPIServer(ctx); err != nil {
 		return err
 	}
 	if err := cp.writeAdminKubeconfig(); err != nil {
@@ -185,6 +169,34 @@ func (cp *ControlPlane) StartControllerManager(ctx context.Context) error {
 	}
 	return cp.waitHTTP(ctx, "kube-controller-manager", "https://127.0.0.1:"+port+"/healthz", "")
 }
+
+// StartAPIServer starts kube-apiserver (again, after StopAPIServer) on the
+// same port, over the same etcd.
+func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
+	certs := filepath.Join(cp.Dir, "certs")
+	if err := cp.spawn("kube-apiserver",
+		"--etcd-servers="+cp.etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(cp.ports["apiserver"]),
+		"--cert-dir="+certs,
+		"--token-auth-file="+filepath.Join(certs, "tokens.csv"),
+		"--service-account-key-file="+filepath.Join(certs, "sa.pub"),
+		"--service-account-signing-key-file="+filepath.Join(certs, "sa.key"),
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--authorization-mode=Node,RBAC",
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--endpoint-reconciler-type=none",
+		// Without a kubelet every new Node would stay tainted not-ready.
+		"--disable-admission-plugins=TaintNodesByCondition",
+		"--v=1",
+	); err != nil {
+		return err
+	}
+	return cp.waitHTTP(ctx, "kube-apiserver", cp.APIServer+"/readyz", adminToken)
+}
+
+// StopAPIServer stops kube-apiserver: every client loses the cluster.
+func (cp *ControlPlane) StopAPIServer() { cp.stop("kube-apiserver") }
 
 // StopControllerManager stops kube-controller-manager: nothing then removes
 // reservations of deleted pods or deletes their generated claims.

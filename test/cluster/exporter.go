@@ -96,7 +96,7 @@ func StartExporter(ctx context.Context, binary, kubeconfig, dir string, extraArg
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"serve", "--kubeconfig=" + kubeconfig, "--web.listen-address=" + addr, "--log.level=debug"}, extraArgs...)
+	args := append([]string{"serve", "--kubeconfig=" + kubeconfig, "--web.listen-address=" + addr, "--log.level=debug", "--kube.probe-interval=2s"}, extraArgs...)
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

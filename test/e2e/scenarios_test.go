@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -304,4 +305,64 @@ func TestExporterIsReadOnly(t *testing.T) {
 	if n := len(m.Find("dra_exporter_informer_synced", nil)); n != 6 {
 		t.Errorf("want 6 informers, got %d", n)
 	}
+}
+
+// The API server goes away: the exporter keeps serving what it knows, stays
+// alive, says the API server is unreachable, and catches up when it
+// returns. Declared last: the whole control plane reconnects afterwards.
+func TestExporterSurvivesAPIServerOutage(t *testing.T) {
+	requireCluster(t)
+	ctx := context.Background()
+	before, err := env.exp.Scrape()
+	if err != nil {
+		t.Fatal(err)
+	}
+	devices := len(before.Find("dra_device_info", nil))
+	if devices == 0 {
+		t.Fatal("no devices before the outage")
+	}
+	if err := one(before, "dra_exporter_apiserver_up", nil, 1); err != nil {
+		t.Fatal(err)
+	}
+
+	env.cp.StopAPIServer()
+	restarted := false
+	defer func() {
+		if !restarted {
+			if err := env.cp.StartAPIServer(ctx); err != nil {
+				t.Errorf("restart kube-apiserver: %v", err)
+			}
+		}
+	}()
+	eventually(t, 60*time.Second, "last known state served while watches fail", func(m cluster.Metrics) error {
+		if n := len(m.Find("dra_device_info", nil)); n != devices {
+			return fmt.Errorf("%d devices served during the outage, want %d", n, devices)
+		}
+		return one(m, "dra_exporter_apiserver_up", nil, 0)
+	})
+	resp, err := http.Get(env.exp.URL + "/healthz")
+	if err != nil {
+		t.Fatalf("/healthz during the outage: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz during the outage: %s", resp.Status)
+	}
+
+	if err := env.cp.StartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	restarted = true
+	if err := cluster.CreateDeviceClass(ctx, env.cp.Client, "after-outage.example.com", "after-outage.example.com"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.cp.Client.ResourceV1().DeviceClasses().Delete(context.Background(), "after-outage.example.com", metav1.DeleteOptions{})
+	})
+	eventually(t, 90*time.Second, "exporter caught up after the outage", func(m cluster.Metrics) error {
+		if err := one(m, "dra_exporter_apiserver_up", nil, 1); err != nil {
+			return err
+		}
+		return one(m, "dra_device_class_devices", map[string]string{"device_class": "after-outage.example.com", "node": "", "state": "total"}, 0)
+	})
 }
