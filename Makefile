@@ -67,8 +67,7 @@ $(TOOLS_BIN)/.built: tools/go.mod tools/go.sum
 	rm -rf $(TOOLS_BIN) && mv $(TOOLS_BIN).tmp $(TOOLS_BIN) && touch $@
 
 .PHONY: test
-test: build controlplane tools ## Run every test: unit, golden, rules (promtool), e2e on a real control plane and Prometheus.
-	$(GO) vet ./...
+test: build controlplane tools lint ## Run every test: lint, unit, golden, rules (promtool), e2e on a real control plane and Prometheus.
 	$(PROMTOOL) check rules rules/*.yaml
 	$(PROMTOOL) test rules rules/tests/*.yaml
 	$(GO) test -count=1 -timeout 40m ./...
@@ -100,10 +99,18 @@ fuzz: ## Fuzz the index and classifier for 2 minutes.
 docs: ## Regenerate docs/metrics.md from the code.
 	$(GO) run ./cmd/dra-exporter docs > docs/metrics.md
 
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(CACHE)/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+
+$(STATICCHECK): tools/staticcheck/go.mod tools/staticcheck/go.sum
+	cd tools/staticcheck && $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
+
 .PHONY: lint
-lint: ## gofmt, go vet, staticcheck.
+lint: $(STATICCHECK) ## gofmt, go vet, staticcheck (every module of the repository).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
+	cd test/controlplane && $(GO) vet ./... && $(STATICCHECK) ./...
 
 .PHONY: demo
 demo: build controlplane tools ## Start a local control plane with simulated GPU nodes, the exporter and Prometheus.

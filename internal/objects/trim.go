@@ -214,7 +214,7 @@ func allocationWriteTime(fields []metav1.ManagedFieldsEntry) *metav1.Time {
 		if f.Subresource != "status" || f.FieldsV1 == nil || f.Time == nil {
 			continue
 		}
-		if !strings.Contains(string(f.FieldsV1.Raw), `"f:allocation"`) {
+		if !strings.Contains(f.FieldsV1.GetRawString(), `"f:allocation"`) {
 			continue
 		}
 		if newest == nil || f.Time.After(newest.Time) {

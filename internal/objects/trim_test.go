@@ -23,7 +23,7 @@ func managed(manager, subresource string, at time.Time, fields string) metav1.Ma
 	return metav1.ManagedFieldsEntry{
 		Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "resource.k8s.io/v1",
 		Time: ptr(metav1.NewTime(at)), Subresource: subresource, FieldsType: "FieldsV1",
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)},
+		FieldsV1: metav1.NewFieldsV1(fields),
 	}
 }
 

@@ -14,7 +14,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -377,5 +376,3 @@ func freePort() (int, error) {
 
 // FreePort returns a loopback port that was free a moment ago.
 func FreePort() (int, error) { return freePort() }
-
-var errTimeout = errors.New("timed out")

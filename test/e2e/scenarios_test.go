@@ -248,7 +248,7 @@ func TestExtendedResourceLanes(t *testing.T) {
 	dra = createPod(t, dra)
 	legacy := cluster.PodWithGPUs(ns, "llm-legacy", 2)
 	legacy.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "dp-node-1"}
-	legacy = createPod(t, legacy)
+	createPod(t, legacy)
 	scheduled(t, ns, "llm-ext")
 	scheduled(t, ns, "llm-legacy")
 	eventually(t, waitMetric, "both lanes", func(m cluster.Metrics) error {
