@@ -21,10 +21,10 @@ var (
 		"The claim's state, one-hot: unallocated, allocated (not reserved for any pod), or reserved (allocated and in use).",
 		"namespace", "claim", "state")
 	claimAllocation = newDef("dra_claim_allocation_info", typeGauge,
-		"One allocated device of a claim, joined to the ResourceSlice that publishes it (node, GPU UUID). Always 1.",
+		"One allocated device of a claim, joined to the ResourceSlice that publishes it (node, GPU UUID). Admin-access allocations (monitoring agents) are left out: they do not hold the device. Always 1.",
 		"namespace", "claim", "request", "device_class", "driver", "pool", "device", "node", "gpu_uuid")
 	claimReservedFor = newDef("dra_claim_reserved_for_info", typeGauge,
-		"A pod a claim is reserved for (status.reservedFor). Always 1.",
+		"A pod a claim is reserved for (status.reservedFor entries of resource pods; PodGroups and other consumers are left out). Always 1.",
 		"namespace", "claim", "pod", "pod_uid")
 )
 
@@ -61,6 +61,9 @@ func (claimCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
 			e.gauge(claimStatus, boolFloat(st == state), ns, name, st)
 		}
 		for _, r := range c.Results {
+			if r.AdminAccess {
+				continue // monitoring access: the device stays with its holder
+			}
 			node, uuid := c.Node, ""
 			if d := s.Device(r.Device); d != nil {
 				uuid = d.GPUUUID
@@ -71,6 +74,9 @@ func (claimCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
 			e.uniqueGauge(claimAllocation, 1, ns, name, r.Request, r.Class, r.Device.Driver, r.Device.Pool, r.Device.Device, node, uuid)
 		}
 		for _, r := range c.Obj.Status.ReservedFor {
+			if r.APIGroup != "" || r.Resource != "pods" {
+				continue // a PodGroup or another consumer: not a pod
+			}
 			e.uniqueGauge(claimReservedFor, 1, ns, name, r.Name, string(r.UID))
 		}
 	}

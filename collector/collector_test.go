@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/index"
@@ -226,6 +227,30 @@ func TestDuplicateAllocationResultsDoNotFailTheScrape(t *testing.T) {
 		fam("dra_claim_reserved_for_info", `{claim="dup",namespace="prod",pod="gone",pod_uid="uid-gone"} 1`),
 		fam("dra_claim_reservation_leak", `{claim="dup",device="gpu-0",namespace="prod",node="node-1",pod="gone",pod_uid="uid-gone",reason="pod_missing"} 1`),
 	))
+}
+
+// A monitoring agent's admin-access allocation does not hold the GPU, and a
+// PodGroup reservation is not a pod: neither appears as such.
+func TestAdminAccessAndPodGroupConsumers(t *testing.T) {
+	holder := ReservedFor(Allocated(Claim("serving", "uid-serving"), "node-1", T0, Result("gpu", "node-1", "gpu-0")), Pod("llm-0", "uid-llm-0"))
+	admin := Result("gpu", "node-1", "gpu-0")
+	admin.AdminAccess = Ptr(true)
+	dcgm := ReservedFor(Allocated(Claim("dcgm", "uid-dcgm"), "node-1", T0, admin), Pod("dcgm-abcde", "uid-dcgm-pod"))
+	gang := Allocated(Claim("gang", "uid-gang"), "node-1", T0, Result("gpu", "node-1", "gpu-1"))
+	gang.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{APIGroup: "scheduling.k8s.io", Resource: "podgroups", Name: "pretrain", UID: "uid-group"}}
+	ix := Build(t, index.Config{}, GPUClass(), Slice("node-1", "node-1", 1, GPUDevice("gpu-0", "GPU-0"), GPUDevice("gpu-1", "GPU-1")), holder, dcgm, gang)
+	exp := exporterFor(ix, collector.NewClaimCollector())
+	want := expect(exp.Defs(),
+		fam("dra_claim_allocation_info",
+			`{claim="gang",device="gpu-1",device_class="gpu.nvidia.com",driver="gpu.nvidia.com",gpu_uuid="GPU-1",namespace="prod",node="node-1",pool="node-1",request="gpu"} 1`,
+			`{claim="serving",device="gpu-0",device_class="gpu.nvidia.com",driver="gpu.nvidia.com",gpu_uuid="GPU-0",namespace="prod",node="node-1",pool="node-1",request="gpu"} 1`),
+		fam("dra_claim_reserved_for_info",
+			`{claim="dcgm",namespace="prod",pod="dcgm-abcde",pod_uid="uid-dcgm-pod"} 1`,
+			`{claim="serving",namespace="prod",pod="llm-0",pod_uid="uid-llm-0"} 1`),
+	)
+	if err := testutil.CollectAndCompare(exp, strings.NewReader(want), "dra_claim_allocation_info", "dra_claim_reserved_for_info"); err != nil {
+		t.Error(err)
+	}
 }
 
 // histogram renders the sample lines of one histogram series the way the

@@ -470,6 +470,36 @@ func TestNodePrepareFailedNamesTheClaim(t *testing.T) {
 	checkVerdict(t, v, want{classify.NodePrepareFailed, classify.LayerNode, "llm-0-channel", "node-1", "gpu-1"})
 }
 
+// A PodGroup's claim (scheduling.k8s.io, alpha in 1.37) is generated for the
+// group and reserved for the group: its pods are neither claimless nor
+// unreserved.
+func TestPodGroupClaim(t *testing.T) {
+	member := func(name, uid string) *corev1.Pod {
+		p := WithTemplateClaim(Pod(name, uid), "gpus", "gang-gpus")
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: Ptr("pretrain")}
+		return p
+	}
+	claim := Allocated(Claim("pretrain-gpus-x1y2z", "uid-gang", Request("gpus", GPUClassName)), "node-1", T0, Result("gpus", "node-1", "gpu-0"))
+	claim.OwnerReferences = []metav1.OwnerReference{{APIVersion: "scheduling.k8s.io/v1alpha2", Kind: "PodGroup", Name: "pretrain", UID: "uid-group", Controller: Ptr(true)}}
+	claim.Annotations = map[string]string{resourceapi.PodResourceClaimAnnotation: "gpus"}
+	claim.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{APIGroup: "scheduling.k8s.io", Resource: "podgroups", Name: "pretrain", UID: "uid-group"}}
+
+	v := verdictOf(t, "worker-0", world(Running(Bound(member("worker-0", "uid-w0"), "node-1")), claim)...)
+	checkVerdict(t, v, want{classify.NotReady, classify.LayerApplication, "pretrain-gpus-x1y2z", "node-1", "gpu-0"})
+
+	// Not yet bound: the claim is allocated and reserved for the group, so
+	// the pod is binding, not blocked.
+	v = verdictOf(t, "worker-1", world(member("worker-1", "uid-w1"), claim)...)
+	if v.Blocked {
+		t.Errorf("unbound group member with a reserved group claim is blocked: %s", linkSummary(v))
+	}
+	// A leak check must not take the group reservation for a missing pod.
+	s := snapshotOf(t, world(member("worker-1", "uid-w1"), claim)...)
+	if leaks := classify.Leaks(s, T0, time.Minute); len(leaks) != 0 {
+		t.Errorf("leaks = %v", leakRows(leaks))
+	}
+}
+
 func TestNodeFromDeviceWhenNoSelector(t *testing.T) {
 	c := ReservedFor(Allocated(genClaim(), "", T0, Result("gpu", "node-1", "gpu-1")), Pod("someone-else", "uid-x"))
 	v := verdictOf(t, podName, world(statusPod(), c)...)

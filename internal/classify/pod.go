@@ -248,7 +248,7 @@ func (w *walker) walkClaim(pc index.PodClaim) {
 	w.add(alloc)
 
 	reserved := Link{Step: "claim reserved for pod", Layer: LayerScheduler, Claim: c.Key.Name}
-	if !c.ReservedFor(w.p.UID) {
+	if !c.ReservedForPod(w.p) {
 		reserved.Reason = NotReserved
 		reserved.Evidence = []string{fmt.Sprintf("status.reservedFor names %s, not this pod (uid %s)", describeReservations(c), w.p.UID)}
 		reserved.Evidence = append(reserved.Evidence, w.schedulingEvidence()...)

@@ -18,8 +18,13 @@ func newClaim(obj *resourceapi.ResourceClaim) *Claim {
 		Extended: obj.Annotations[resourceapi.ExtendedResourceClaimAnnotation] == "true",
 		Requests: make(map[string]string, len(obj.Spec.Devices.Requests)),
 	}
-	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil && ref.Kind == "Pod" && ref.APIVersion == "v1" {
-		c.OwnerPod = &Owner{Name: ref.Name, UID: ref.UID}
+	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
+		switch {
+		case ref.Kind == "Pod" && ref.APIVersion == "v1":
+			c.OwnerPod = &Owner{Name: ref.Name, UID: ref.UID}
+		case ref.Kind == "PodGroup" && strings.HasPrefix(ref.APIVersion, "scheduling.k8s.io/"):
+			c.OwnerGroup = &Owner{Name: ref.Name, UID: ref.UID}
+		}
 	}
 	for _, r := range obj.Spec.Devices.Requests {
 		if r.Exactly != nil {

@@ -282,6 +282,18 @@ func (ix *Index) claimsOwnedBy(uid types.UID) []*Claim {
 	return out
 }
 
+// claimsOfGroup scans: PodGroup claims are rare (alpha), and only the
+// latency tracker resolves claims on the live index.
+func (ix *Index) claimsOfGroup(g Key) []*Claim {
+	var out []*Claim
+	for _, c := range ix.claims {
+		if c.OwnerGroup != nil && c.Key.Namespace == g.Namespace && c.OwnerGroup.Name == g.Name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 func (ix *Index) podLane(p *Pod) string {
 	return podLane(p,
 		func(name string) bool { return slices.Contains(ix.devicePlugin, name) },

@@ -30,6 +30,7 @@ type PodClaim struct {
 type claimSource interface {
 	claimByKey(Key) *Claim
 	claimsOwnedBy(types.UID) []*Claim
+	claimsOfGroup(Key) []*Claim
 }
 
 // resolvePodClaims returns the claims a pod depends on, in spec order, then
@@ -55,13 +56,16 @@ func resolvePodClaims(src claimSource, p *Pod) []PodClaim {
 				// The controller created the claim but has not yet
 				// recorded it in the pod status.
 				pc.ClaimName = c.Key.Name
+			} else if c := groupClaim(src, p, rc.Name); c != nil {
+				// A claim generated for the pod's PodGroup.
+				pc.ClaimName = c.Key.Name
 			}
 		default:
 			continue // invalid entry; the API server rejects it
 		}
 		if pc.ClaimName != "" {
 			pc.Claim = src.claimByKey(Key{pod.Namespace, pc.ClaimName})
-			if pc.Claim != nil && pc.Template != "" && (pc.Claim.OwnerPod == nil || pc.Claim.OwnerPod.UID != pod.UID) {
+			if pc.Claim != nil && pc.Template != "" && !ownedByPod(pc.Claim, p) {
 				// A claim of that name exists but belongs to another
 				// pod (a previous incarnation): not this pod's claim.
 				pc.Claim = nil
@@ -88,6 +92,30 @@ func claimStatus(pod *corev1.Pod, name string) (corev1.PodResourceClaimStatus, b
 		}
 	}
 	return corev1.PodResourceClaimStatus{}, false
+}
+
+// ownedByPod reports whether a generated claim belongs to the pod: the pod
+// owns it, or the PodGroup the pod belongs to does.
+func ownedByPod(c *Claim, p *Pod) bool {
+	if c.OwnerPod != nil {
+		return c.OwnerPod.UID == p.UID
+	}
+	return c.OwnerGroup != nil && c.OwnerGroup.Name == p.Group()
+}
+
+// groupClaim finds the claim generated for the pod's PodGroup from the same
+// pod claim entry (the Pod and its PodGroup use the same entry names).
+func groupClaim(src claimSource, p *Pod, podClaimName string) *Claim {
+	group := p.Group()
+	if group == "" {
+		return nil
+	}
+	for _, c := range src.claimsOfGroup(Key{p.Key.Namespace, group}) {
+		if c.Obj.Annotations[resourceapi.PodResourceClaimAnnotation] == podClaimName {
+			return c
+		}
+	}
+	return nil
 }
 
 func generatedClaim(src claimSource, p *Pod, podClaimName string) *Claim {

@@ -35,6 +35,7 @@ type Snapshot struct {
 	deviceByKey   map[DeviceKey]*Device
 	claimsByKey   map[Key]*Claim
 	claimsByOwner map[types.UID][]*Claim
+	claimsByGroup map[Key][]*Claim // by namespace and PodGroup name
 	podsByKey     map[Key]*Pod
 	nodesByName   map[string]*Node
 	podEvents     map[Key][]*Event
@@ -107,6 +108,13 @@ func (s *Snapshot) build() {
 		s.claimsByKey[c.Key] = c
 		if c.OwnerPod != nil {
 			s.claimsByOwner[c.OwnerPod.UID] = append(s.claimsByOwner[c.OwnerPod.UID], c)
+		}
+		if c.OwnerGroup != nil {
+			g := Key{c.Key.Namespace, c.OwnerGroup.Name}
+			if s.claimsByGroup == nil {
+				s.claimsByGroup = map[Key][]*Claim{}
+			}
+			s.claimsByGroup[g] = append(s.claimsByGroup[g], c)
 		}
 		for _, r := range c.Results {
 			if r.AdminAccess {
@@ -249,6 +257,8 @@ func (s *Snapshot) ResolvePodClaims(p *Pod) []PodClaim { return resolvePodClaims
 func (s *Snapshot) claimByKey(k Key) *Claim { return s.claimsByKey[k] }
 
 func (s *Snapshot) claimsOwnedBy(uid types.UID) []*Claim { return s.claimsByOwner[uid] }
+
+func (s *Snapshot) claimsOfGroup(g Key) []*Claim { return s.claimsByGroup[g] }
 
 // OwnedClaims returns the claims a pod controls.
 func (s *Snapshot) OwnedClaims(uid types.UID) []*Claim { return s.claimsByOwner[uid] }

@@ -118,6 +118,9 @@ type Claim struct {
 	// OwnerPod is the controlling owner when it is a Pod (claims generated
 	// from a template or for an extended resource).
 	OwnerPod *Owner
+	// OwnerGroup is the controlling owner when it is a PodGroup
+	// (scheduling.k8s.io): a claim generated for a whole group of pods.
+	OwnerGroup *Owner
 	// Extended marks a claim the scheduler created for an extended resource.
 	Extended bool
 	// Requests maps a request name ("gpu", or "gpu/sub" for a subrequest)
@@ -161,6 +164,25 @@ func (c *Claim) ReservedFor(uid types.UID) bool {
 	return false
 }
 
+// ReservedForPod reports whether the claim is reserved for the pod, itself
+// or through the PodGroup it belongs to (the scheduler reserves a group's
+// claim for the group).
+func (c *Claim) ReservedForPod(p *Pod) bool {
+	if c.ReservedFor(p.UID) {
+		return true
+	}
+	group := p.Group()
+	if group == "" {
+		return false
+	}
+	for _, r := range c.Obj.Status.ReservedFor {
+		if r.Resource == "podgroups" && r.Name == group {
+			return true
+		}
+	}
+	return false
+}
+
 // Classes returns the distinct device classes of the claim's requests, sorted.
 func (c *Claim) Classes() []string {
 	out := make([]string, 0, len(c.Requests))
@@ -198,6 +220,14 @@ type Pod struct {
 	// ExtendedRequests are the pod's effective requests of extended
 	// resources (sum over containers, or the largest init container).
 	ExtendedRequests map[string]int64
+}
+
+// Group returns the name of the PodGroup the pod belongs to, "" when none.
+func (p *Pod) Group() string {
+	if g := p.Obj.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+		return *g.PodGroupName
+	}
+	return ""
 }
 
 // Terminal reports whether the pod has finished.
