@@ -442,6 +442,8 @@ func TestPreparedButNotStarted(t *testing.T) {
 			want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
 		{"missing secret", waiting(Bound(statusPod(), "node-1"), "CreateContainerConfigError"), nil,
 			want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
+		{"image pull back-off after a transient prepare failure", waiting(Bound(statusPod(), "node-1"), "ImagePullBackOff"),
+			[]any{prepareFailed(T0.Add(-time.Minute))}, want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
 		{"sandbox ready after an old prepare failure", sandboxReady(waiting(Bound(statusPod(), "node-1"), "ContainerCreating"), T0),
 			[]any{prepareFailed(T0.Add(-10 * time.Minute))}, want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
 		{"prepare failure after the sandbox was ready", sandboxReady(Bound(statusPod(), "node-1"), T0.Add(-10*time.Minute)),

@@ -363,7 +363,7 @@ func (w *walker) walkPod(claims []index.PodClaim) {
 	if !w.p.Started() {
 		failure := nodeFailure(w.s.PodEvents(w.p))
 		sandbox, since := w.p.SandboxReady()
-		if failure != nil && sandbox && !failure.Timestamp.After(since) {
+		if failure != nil && sandbox && (since.IsZero() || !failure.Timestamp.After(since)) {
 			failure = nil // an earlier, transient failure: preparation has since succeeded
 		}
 		var claim *index.Claim

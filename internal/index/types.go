@@ -259,7 +259,8 @@ func (p *Pod) Started() bool {
 // prepares DRA resources before it creates the pod sandbox, so the
 // condition PodReadyToStartContainers=True proves it; so does a container
 // waiting for a reason that only comes after the sandbox exists (an image
-// pull, a missing ConfigMap or Secret).
+// pull, a missing ConfigMap or Secret), which is the pod's current state and
+// so comes after any earlier failure (the time returned is then zero).
 func (p *Pod) SandboxReady() (bool, time.Time) {
 	for _, c := range p.Obj.Status.Conditions {
 		if c.Type == corev1.PodReadyToStartContainers && c.Status == corev1.ConditionTrue {
