@@ -262,11 +262,6 @@ func (p *Pod) Started() bool {
 // pull, a missing ConfigMap or Secret), which is the pod's current state and
 // so comes after any earlier failure (the time returned is then zero).
 func (p *Pod) SandboxReady() (bool, time.Time) {
-	for _, c := range p.Obj.Status.Conditions {
-		if c.Type == corev1.PodReadyToStartContainers && c.Status == corev1.ConditionTrue {
-			return true, c.LastTransitionTime.Time
-		}
-	}
 	for _, statuses := range [][]corev1.ContainerStatus{p.Obj.Status.InitContainerStatuses, p.Obj.Status.ContainerStatuses} {
 		for _, cs := range statuses {
 			if cs.State.Waiting == nil {
@@ -276,6 +271,11 @@ func (p *Pod) SandboxReady() (bool, time.Time) {
 			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError":
 				return true, time.Time{}
 			}
+		}
+	}
+	for _, c := range p.Obj.Status.Conditions {
+		if c.Type == corev1.PodReadyToStartContainers && c.Status == corev1.ConditionTrue {
+			return true, c.LastTransitionTime.Time
 		}
 	}
 	return false, time.Time{}
