@@ -704,6 +704,16 @@ func TestCapacityPerNode(t *testing.T) {
 		r.Exactly.Tolerations = []resourceapi.DeviceToleration{tol}
 		return r
 	}
+	cordoned := func(name string) *corev1.Node {
+		n := Node(name, 0)
+		n.Spec.Unschedulable = true
+		return n
+	}
+	notReady := func(name string) *corev1.Node {
+		n := Node(name, 0)
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown}}
+		return n
+	}
 	oldDriver := GPUDevice("gpu-0", "GPU-old-0")
 	delete(oldDriver.Attributes, "productName")
 	product := "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA')"
@@ -738,6 +748,12 @@ func TestCapacityPerNode(t *testing.T) {
 		{"selector error on node-1's device: node-2 still serves", []resourceapi.DeviceRequest{withSelectors(Request("gpu", GPUClassName), product)},
 			[]any{GPUClass(), Node("node-1", 0), Node("node-2", 0), Slice("node-1", "node-1", 1, oldDriver),
 				Slice("node-2", "node-2", 1, gpus("gpu-0")...)}, classify.Unallocated, "failed to evaluate on 1 devices"},
+		{"the only free GPUs are on a cordoned node", []resourceapi.DeviceRequest{Request("gpu", GPUClassName)},
+			twoNodes(holderOn("a", "node-1", "gpu-0"), holderOn("b", "node-1", "gpu-1"), cordoned("node-2")), classify.CapacityExhausted,
+			"2 matching devices are on node node-2 (cordoned)"},
+		{"the only free GPUs are on a NotReady node", []resourceapi.DeviceRequest{Request("gpu", GPUClassName)},
+			twoNodes(holderOn("a", "node-1", "gpu-0"), holderOn("b", "node-1", "gpu-1"), notReady("node-2")), classify.CapacityExhausted,
+			"(Ready=Unknown)"},
 		{"selector error on every node", []resourceapi.DeviceRequest{withSelectors(Request("gpu", GPUClassName), product)},
 			[]any{GPUClass(), Node("node-1", 0), Slice("node-1", "node-1", 1, oldDriver, GPUDevice("gpu-1", "GPU-1"))},
 			classify.SelectorMatchesNothing, "also reaches a device the selectors fail on"},

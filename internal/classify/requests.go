@@ -2,6 +2,7 @@ package classify
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -257,14 +258,21 @@ func summarize(items []string, noun string) string {
 // three by device name).
 func holders(s *index.Snapshot, devices []*index.Device) []string {
 	var out []string
+	unusable := map[string]int{}
 	for _, d := range devices {
 		for _, c := range s.AllocatedTo(d.Key) {
 			out = append(out, fmt.Sprintf("%s held by claim %s", d.Key, c.Key))
+		}
+		if n := s.Node(d.Node); n != nil && n.Unusable != "" && !s.InUse(d.Key) {
+			unusable[d.Node+" ("+n.Unusable+")"]++
 		}
 	}
 	slices.Sort(out)
 	if len(out) > 3 {
 		out = append(out[:3], "...")
+	}
+	for _, n := range slices.Sorted(maps.Keys(unusable)) {
+		out = append(out, fmt.Sprintf("%d matching devices are on node %s, where no new pod lands", unusable[n], n))
 	}
 	return out
 }

@@ -106,7 +106,9 @@ func (s *Snapshot) LaneCapacity() []Capacity {
 			r.Total += int(total)
 			alloc := used[nodeResource{n.Name, name}]
 			r.Allocated += int(alloc)
-			r.Free += int(max(total-alloc, 0))
+			if n.Unusable == "" {
+				r.Free += int(max(total-alloc, 0))
+			}
 		}
 	}
 	out := make([]Capacity, 0, len(rows))
@@ -148,7 +150,7 @@ func (s *Snapshot) DevicePluginFree(name string) int64 {
 	used := s.devicePluginUsed()
 	var free int64
 	for _, n := range s.Nodes {
-		if total := n.Allocatable[name]; total > 0 {
+		if total := n.Allocatable[name]; total > 0 && n.Unusable == "" {
 			free += max(total-used[nodeResource{n.Name, name}], 0)
 		}
 	}
@@ -159,7 +161,7 @@ func (s *Snapshot) DevicePluginFree(name string) int64 {
 // free on one node.
 func (s *Snapshot) DevicePluginFreeOn(node, name string) int64 {
 	n := s.nodesByName[node]
-	if n == nil {
+	if n == nil || n.Unusable != "" {
 		return 0
 	}
 	return max(n.Allocatable[name]-s.devicePluginUsed()[nodeResource{node, name}], 0)

@@ -156,6 +156,14 @@ func IsExtendedResource(name string) bool {
 
 func newNode(obj *corev1.Node) *Node {
 	n := &Node{Name: obj.Name}
+	if obj.Spec.Unschedulable {
+		n.Unusable = "cordoned"
+	}
+	for _, c := range obj.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			n.Unusable = "Ready=" + string(c.Status)
+		}
+	}
 	for name, q := range obj.Status.Allocatable {
 		if IsExtendedResource(string(name)) {
 			if n.Allocatable == nil {

@@ -205,7 +205,8 @@ func (s *Snapshot) InUse(k DeviceKey) bool { return s.usage[k] != nil }
 
 // Available reports whether a new claim could be allocated the device: it
 // is not taken (or may be shared), no NoSchedule/NoExecute taint is on it,
-// and its pool's shared counters still cover what it consumes.
+// its pool's shared counters still cover what it consumes, and its node
+// (when the snapshot has it) is neither cordoned nor NotReady.
 func (s *Snapshot) Available(d *Device) bool { return s.availableWith(d, nil) }
 
 // availableWith is Available for a request with these tolerations: a taint
@@ -216,6 +217,11 @@ func (s *Snapshot) availableWith(d *Device, tolerations []resourceapi.DeviceTole
 	}
 	if tainted(d, tolerations) {
 		return false
+	}
+	if d.Node != "" {
+		if n := s.nodesByName[d.Node]; n != nil && n.Unusable != "" {
+			return false // no new pod lands there to use it
+		}
 	}
 	if len(d.Counters) == 0 {
 		return true

@@ -293,6 +293,9 @@ func podCondition(p *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStat
 // Node is a node's extended-resource view.
 type Node struct {
 	Name string
+	// Unusable says why no new pod lands on the node ("" when it can):
+	// cordoned, or its Ready condition is False or Unknown.
+	Unusable string
 	// Allocatable holds the node's allocatable extended resources.
 	Allocatable map[string]int64
 }

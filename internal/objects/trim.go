@@ -173,6 +173,7 @@ func node(in *corev1.Node) *corev1.Node {
 	out := &corev1.Node{TypeMeta: in.TypeMeta, ObjectMeta: meta(in.ObjectMeta)}
 	out.Status.Allocatable = extendedOnly(in.Status.Allocatable)
 	out.Status.Capacity = extendedOnly(in.Status.Capacity)
+	out.Spec.Unschedulable = in.Spec.Unschedulable
 	for _, c := range in.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			out.Status.Conditions = append(out.Status.Conditions, c)
