@@ -41,6 +41,19 @@ type Exporter struct {
 	// offline snapshot leaves them out.
 	timing bool
 	logger *slog.Logger
+	// complete reports whether the index holds the whole cluster (every
+	// informer listed); until then nothing is rendered.
+	complete func() bool
+}
+
+// RenderOnlyWhen makes the exporter render the cluster families only while
+// complete returns true. Before the informers' initial lists finish, the
+// index is partial: a claim whose pod is not listed yet would read as a
+// leak, a class whose slices are not listed yet as empty. Self-metrics
+// (informer sync) say why the families are absent.
+func (x *Exporter) RenderOnlyWhen(complete func() bool) *Exporter {
+	x.complete = complete
+	return x
 }
 
 // NewExporter wires the collectors, in the order given.
@@ -71,6 +84,9 @@ func (x *Exporter) Describe(ch chan<- *prometheus.Desc) {
 // that fails (or panics on unexpected data) is reported and skipped; the
 // others still emit.
 func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
+	if x.complete != nil && !x.complete() {
+		return
+	}
 	s := x.src.Snapshot()
 	now := x.now()
 	for _, c := range x.collectors {

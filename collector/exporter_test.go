@@ -231,3 +231,17 @@ func TestExporterOtherCollectorsStillEmit(t *testing.T) {
 		t.Errorf("success{collector=device} = %v, want 1", v)
 	}
 }
+
+// Until the index is complete nothing is rendered: a partial index reads
+// as leaks and empty classes.
+func TestExporterRendersOnlyWhenComplete(t *testing.T) {
+	complete := false
+	x := NewExporter(index.New(index.Config{}), nil, true, nil, newFake("ok")).RenderOnlyWhen(func() bool { return complete })
+	if families := gather(t, x); len(families) != 0 {
+		t.Errorf("incomplete index, yet rendered %d families", len(families))
+	}
+	complete = true
+	if families := gather(t, x); families["dra_exporter_scrape_collector_success"] == nil {
+		t.Errorf("complete index, yet nothing rendered: %v", families)
+	}
+}

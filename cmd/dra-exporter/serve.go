@@ -96,7 +96,7 @@ func serve(args []string, stderr io.Writer) int {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		collector.NewExporter(ix, nil, true, logger, collectorList...),
+		collector.NewExporter(ix, nil, true, logger, collectorList...).RenderOnlyWhen(func() bool { return len(informers.Unsynced()) == 0 }),
 		latency,
 		self,
 		versioncollector.NewCollector("dra_exporter"),

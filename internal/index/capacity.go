@@ -94,8 +94,11 @@ func (s *Snapshot) LaneCapacity() []Capacity {
 	used := s.devicePluginUsed()
 	for _, n := range s.Nodes {
 		for _, name := range s.devicePlugin {
+			// Allocatable drops when the kubelet marks devices unhealthy;
+			// pods keep the GPUs they hold, so the node stays listed.
 			total := n.Allocatable[name]
-			if total == 0 {
+			alloc := used[nodeResource{n.Name, name}]
+			if total == 0 && alloc == 0 {
 				continue
 			}
 			class := name
@@ -104,7 +107,6 @@ func (s *Snapshot) LaneCapacity() []Capacity {
 			}
 			r := row(LaneDevicePlugin, class, n.Name)
 			r.Total += int(total)
-			alloc := used[nodeResource{n.Name, name}]
 			r.Allocated += int(alloc)
 			if n.Unusable == "" {
 				r.Free += int(max(total-alloc, 0))
@@ -127,17 +129,21 @@ func sortCapacity(rows []Capacity) {
 
 type nodeResource struct{ node, resource string }
 
-// devicePluginUsed sums the device-plugin requests of running pods per node
-// and resource (computed once per snapshot).
+// devicePluginUsed sums the device-plugin requests of bound, unfinished
+// pods per node and resource (computed once per snapshot). A pod that also
+// has DRA claims still takes its device-plugin GPUs; a pod whose extended
+// resources DRA serves (extendedResourceClaimStatus) takes none.
 func (s *Snapshot) devicePluginUsed() map[nodeResource]int64 {
 	s.dpOnce.Do(func() {
 		s.dpUsed = map[nodeResource]int64{}
 		for _, p := range s.Pods {
-			if p.Obj.Spec.NodeName == "" || p.Terminal() || s.PodLane(p) != LaneDevicePlugin {
+			if p.Obj.Spec.NodeName == "" || p.Terminal() || p.Obj.Status.ExtendedResourceClaimStatus != nil {
 				continue
 			}
 			for name, v := range p.ExtendedRequests {
-				s.dpUsed[nodeResource{p.Obj.Spec.NodeName, name}] += v
+				if s.IsDevicePluginResource(name) {
+					s.dpUsed[nodeResource{p.Obj.Spec.NodeName, name}] += v
+				}
 			}
 		}
 	})

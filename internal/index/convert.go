@@ -6,8 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 )
 
 func newClaim(obj *resourceapi.ResourceClaim) *Claim {
@@ -89,38 +89,42 @@ func newPod(obj *corev1.Pod) *Pod {
 		Obj:              obj,
 		Key:              Key{obj.Namespace, obj.Name},
 		UID:              obj.UID,
-		ExtendedRequests: extendedRequests(&obj.Spec),
+		ExtendedRequests: extendedRequests(obj),
 	}
 }
 
 // extendedRequests computes the pod's effective request of each extended
-// resource: the sum over app containers, or the largest init container when
-// that is larger (the scheduler's rule).
-func extendedRequests(spec *corev1.PodSpec) map[string]int64 {
+// resource with the scheduler's own helper (component-helpers PodRequests:
+// app containers and restartable init containers (sidecars) add up, a
+// larger ordinary init container wins), requests defaulted from limits as
+// the API server does.
+func extendedRequests(obj *corev1.Pod) map[string]int64 {
+	pod := &corev1.Pod{Spec: corev1.PodSpec{
+		Containers:     defaulted(obj.Spec.Containers),
+		InitContainers: defaulted(obj.Spec.InitContainers),
+	}}
 	var out map[string]int64
-	add := func(name corev1.ResourceName, q resource.Quantity, sum bool) {
-		if !IsExtendedResource(string(name)) {
-			return
+	for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{ExcludeOverhead: true, SkipPodLevelResources: true}) {
+		if !IsExtendedResource(string(name)) || q.IsZero() {
+			continue
 		}
 		if out == nil {
 			out = map[string]int64{}
 		}
-		v := q.Value()
-		if sum {
-			out[string(name)] += v
-		} else if v > out[string(name)] {
-			out[string(name)] = v
-		}
+		out[string(name)] = q.Value()
 	}
-	for _, c := range spec.Containers {
-		for name, q := range containerRequests(c) {
-			add(name, q, true)
-		}
+	return out
+}
+
+// defaulted copies containers with their requests defaulted from limits.
+func defaulted(in []corev1.Container) []corev1.Container {
+	if len(in) == 0 {
+		return nil
 	}
-	for _, c := range spec.InitContainers {
-		for name, q := range containerRequests(c) {
-			add(name, q, false)
-		}
+	out := make([]corev1.Container, len(in))
+	for i, c := range in {
+		out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy,
+			Resources: corev1.ResourceRequirements{Requests: containerRequests(c)}}
 	}
 	return out
 }

@@ -297,7 +297,6 @@ func (ix *Index) claimsOfGroup(g Key) []*Claim {
 func (ix *Index) podLane(p *Pod) string {
 	return podLane(p,
 		func(name string) bool { return slices.Contains(ix.devicePlugin, name) },
-		func(node, name string) bool { n := ix.nodes[node]; return n != nil && n.Allocatable[name] > 0 },
 		func(name string) bool { return classForExtendedResource(ix.classes, name) != nil },
 	)
 }

@@ -763,6 +763,34 @@ func TestLaneCapacity(t *testing.T) {
 		t.Errorf("DevicePluginFree = %d, want 5", free)
 	}
 
+	// The kubelet drops allocatable when the plugin's devices turn
+	// unhealthy; the pods keep theirs and stay in the device-plugin lane.
+	t.Run("allocatable dropped to zero", func(t *testing.T) {
+		s := Build(t, index.Config{DevicePluginResources: []string{GPUResource}}, GPUClass(), Node("dp-node", 0),
+			Running(Bound(WithLimit(dp1, GPUResource, 2), "dp-node"))).Snapshot()
+		want := []index.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUClassName, Node: "dp-node", Total: 0, Allocated: 2, Free: 0}}
+		if got := s.LaneCapacity(); !slices.Equal(got, want) {
+			t.Errorf("LaneCapacity = %+v, want %+v", got, want)
+		}
+		if lane := s.PodLane(s.Pod(index.Key{Namespace: NS, Name: "dp-a"})); lane != index.LaneDevicePlugin {
+			t.Errorf("lane = %q, want device-plugin", lane)
+		}
+	})
+
+	// A pod with a DRA claim (a NIC) and device-plugin GPUs, and a sidecar
+	// (restartable init container) with a GPU: both take device-plugin GPUs.
+	t.Run("claims plus device-plugin GPUs, and sidecars", func(t *testing.T) {
+		mixed := Running(Bound(WithLimit(WithNamedClaim(Pod("mixed", "uid-mixed"), "nic", "nic-claim"), GPUResource, 4), "dp-node"))
+		side := Running(Bound(WithLimit(Pod("side", "uid-side"), GPUResource, 1), "dp-node"))
+		side.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: Ptr(corev1.ContainerRestartPolicyAlways),
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{GPUResource: resource.MustParse("1")}}}}
+		s := Build(t, index.Config{DevicePluginResources: []string{GPUResource}}, GPUClass(), Node("dp-node", 8), mixed, side).Snapshot()
+		want := []index.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUClassName, Node: "dp-node", Total: 8, Allocated: 6, Free: 2}}
+		if got := s.LaneCapacity(); !slices.Equal(got, want) {
+			t.Errorf("LaneCapacity = %+v, want %+v", got, want)
+		}
+	})
+
 	t.Run("device-plugin resource without a class", func(t *testing.T) {
 		s := Build(t, index.Config{DevicePluginResources: []string{GPUResource}}, Node("dp-node", 4)).Snapshot()
 		want := []index.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUResource, Node: "dp-node", Total: 4, Free: 4}}

@@ -129,29 +129,24 @@ func generatedClaim(src claimSource, p *Pod, podClaimName string) *Claim {
 
 // podLane returns the lane that serves the pod's GPUs, or "" when the pod
 // uses none. extendedByDRA tells whether a device class serves an extended
-// resource name.
-func podLane(p *Pod, devicePluginResource func(string) bool, nodeAllocatable func(node, resource string) bool, extendedByDRA func(string) bool) string {
+// resource name. A bound pod whose extended resources DRA serves has
+// status.extendedResourceClaimStatus (the scheduler writes it before
+// binding); a bound pod without it got them from the device plugin, even if
+// the node's allocatable has since dropped (unhealthy devices, a stopped
+// plugin).
+func podLane(p *Pod, devicePluginResource func(string) bool, extendedByDRA func(string) bool) string {
 	if p.UsesClaims() {
 		return LaneDRA
 	}
 	if p.Obj.Status.ExtendedResourceClaimStatus != nil {
 		return LaneDRAExtended
 	}
-	node := p.Obj.Spec.NodeName
-	byDRA := false
-	for name := range p.ExtendedRequests {
-		if node != "" && nodeAllocatable(node, name) {
-			if devicePluginResource(name) {
-				return LaneDevicePlugin
+	if p.Obj.Spec.NodeName == "" {
+		for name := range p.ExtendedRequests {
+			if extendedByDRA(name) {
+				return LaneDRAExtended
 			}
-			continue
 		}
-		if extendedByDRA(name) {
-			byDRA = true
-		}
-	}
-	if byDRA {
-		return LaneDRAExtended
 	}
 	for name := range p.ExtendedRequests {
 		if devicePluginResource(name) {

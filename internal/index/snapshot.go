@@ -271,7 +271,7 @@ func (s *Snapshot) OwnedClaims(uid types.UID) []*Claim { return s.claimsByOwner[
 
 // PodLane returns the lane serving the pod's GPUs, "" when none.
 func (s *Snapshot) PodLane(p *Pod) string {
-	return podLane(p, s.IsDevicePluginResource, s.nodeAllocates, func(name string) bool { return s.ClassForExtendedResource(name) != nil })
+	return podLane(p, s.IsDevicePluginResource, func(name string) bool { return s.ClassForExtendedResource(name) != nil })
 }
 
 // IsDevicePluginResource reports whether the resource name belongs to the
@@ -283,10 +283,6 @@ func (s *Snapshot) IsDevicePluginResource(name string) bool {
 // DevicePluginResources returns the device-plugin lane's resource names.
 func (s *Snapshot) DevicePluginResources() []string { return s.devicePlugin }
 
-func (s *Snapshot) nodeAllocates(node, name string) bool {
-	n := s.nodesByName[node]
-	return n != nil && n.Allocatable[name] > 0
-}
 
 // ClassForExtendedResource returns the class serving an extended resource.
 func (s *Snapshot) ClassForExtendedResource(name string) *Class {

@@ -131,7 +131,7 @@ func trimContainers(in []corev1.Container) []corev1.Container {
 	}
 	out := make([]corev1.Container, len(in))
 	for i, c := range in {
-		out[i] = corev1.Container{Name: c.Name, Resources: corev1.ResourceRequirements{Claims: c.Resources.Claims}}
+		out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy, Resources: corev1.ResourceRequirements{Claims: c.Resources.Claims}}
 		out[i].Resources.Requests = extendedOnly(c.Resources.Requests)
 		out[i].Resources.Limits = extendedOnly(c.Resources.Limits)
 	}
