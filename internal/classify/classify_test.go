@@ -528,6 +528,11 @@ func TestLeaks(t *testing.T) {
 	const grace = 5 * time.Minute
 	gpu := func(d string) resourceapi.DeviceRequestAllocationResult { return Result("gpu", "node-1", d) }
 	running0 := Running(Bound(WithNamedClaim(Pod("healthy", "uid-healthy"), "gpu", "healthy-claim"), "node-1"))
+	deletedUnbound := WithNamedClaim(Pod("srv-2", "uid-srv-2"), "gpu", "srv-claim")
+	deletedUnbound.DeletionTimestamp = Ptr(metav1.NewTime(T0.Add(-time.Minute)))
+	deletedUnbound.Finalizers = []string{"example.com/hold"}
+	deletedRunning := Running(Bound(WithNamedClaim(Pod("srv-3", "uid-srv-3"), "gpu", "srv3-claim"), "node-1"))
+	deletedRunning.DeletionTimestamp = Ptr(metav1.NewTime(T0.Add(-time.Minute)))
 	job := Finished(Bound(WithNamedClaim(Pod("job-0", "uid-job"), "gpu", "job-claim"), "node-1"), corev1.PodSucceeded)
 	recreated := WithNamedClaim(Pod("retriever-0", "uid-new"), "gpu", "retriever-claim")
 	deleted := Pod("deleted-0", "uid-deleted")
@@ -546,6 +551,9 @@ func TestLeaks(t *testing.T) {
 			[]leakRow{{"gone-claim", "gone", "uid-gone", "node-1", "gpu-0", classify.LeakPodMissing}}},
 		{"pod_finished", []any{job, ReservedFor(allocatedAgo("job-claim", time.Hour, gpu("gpu-0")), job)},
 			[]leakRow{{"job-claim", "job-0", "uid-job", "node-1", "gpu-0", classify.LeakPodFinished}}},
+		{"deleted before it was bound", []any{deletedUnbound, ReservedFor(allocatedAgo("srv-claim", time.Hour, gpu("gpu-0")), deletedUnbound)},
+			[]leakRow{{"srv-claim", "srv-2", "uid-srv-2", "node-1", "gpu-0", classify.LeakPodFinished}}},
+		{"deleted while running: still its reservation", []any{deletedRunning, ReservedFor(allocatedAgo("srv3-claim", time.Hour, gpu("gpu-0")), deletedRunning)}, nil},
 		{"pod_recreated", []any{recreated, ReservedFor(allocatedAgo("retriever-claim", time.Hour, gpu("gpu-0")), Pod("retriever-0", "uid-old"))},
 			[]leakRow{{"retriever-claim", "retriever-0", "uid-old", "node-1", "gpu-0", classify.LeakPodRecreated}}},
 		{"owner_missing, unallocated", []any{OwnedBy(Claim("deleted-0-gpu", "uid-dg"), deleted, "gpu")},

@@ -64,6 +64,10 @@ func Leaks(s *index.Snapshot, now time.Time, grace time.Duration) []Leak {
 				reason, detail = LeakPodRecreated, fmt.Sprintf("reserved for pod %s uid %s; the pod of that name now has uid %s", r.Name, r.UID, p.UID)
 			case p.Terminal():
 				reason, detail = LeakPodFinished, fmt.Sprintf("reserved for pod %s, which has finished (phase %s)", r.Name, p.Obj.Status.Phase)
+			case p.Obj.DeletionTimestamp != nil && p.Obj.Spec.NodeName == "":
+				// The resourceclaim controller's isPodDone: deleted before
+				// it was bound, it never runs.
+				reason, detail = LeakPodFinished, fmt.Sprintf("reserved for pod %s, which was deleted before it was bound", r.Name)
 			default:
 				continue
 			}

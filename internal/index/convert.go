@@ -77,7 +77,7 @@ func nodeFromSelector(sel *corev1.NodeSelector) string {
 }
 
 func newClass(obj *resourceapi.DeviceClass) *Class {
-	c := &Class{Name: obj.Name, Selectors: obj.Spec.Selectors}
+	c := &Class{Name: obj.Name, Selectors: obj.Spec.Selectors, Created: obj.CreationTimestamp.Time}
 	if obj.Spec.ExtendedResourceName != nil {
 		c.ExtendedResource = *obj.Spec.ExtendedResourceName
 	}

@@ -307,9 +307,14 @@ func classForExtendedResource(classes map[string]*Class, name string) *Class {
 	if c, ok := classes[strings.TrimPrefix(name, resourceapi.ResourceDeviceClassPrefix)]; ok && strings.HasPrefix(name, resourceapi.ResourceDeviceClassPrefix) {
 		return c
 	}
+	// The scheduler's choice (extendedresourcecache): the newest class, the
+	// name breaking ties.
 	var found *Class
 	for _, c := range classes {
-		if c.ExtendedResource == name && (found == nil || c.Name < found.Name) {
+		if c.ExtendedResource != name {
+			continue
+		}
+		if found == nil || c.Created.After(found.Created) || (c.Created.Equal(found.Created) && c.Name < found.Name) {
 			found = c
 		}
 	}

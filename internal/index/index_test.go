@@ -12,6 +12,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/dra-exporter/dra-exporter/internal/index"
@@ -980,5 +981,23 @@ func TestSelectMemoAndErrors(t *testing.T) {
 	}
 	if err := s.CompileSelectors(CEL("device.driver ==")); err == nil {
 		t.Errorf("CompileSelectors of a broken expression = nil")
+	}
+}
+
+// Two classes naming one extended resource: the scheduler uses the newer,
+// the lower name breaking a tie (extendedresourcecache).
+func TestClassForExtendedResourceNewestWins(t *testing.T) {
+	class := func(name string, created time.Time) *resourceapi.DeviceClass {
+		c := GPUClass()
+		c.Name, c.UID, c.CreationTimestamp = name, types.UID("class-"+name), metav1.NewTime(created)
+		return c
+	}
+	s := Build(t, index.Config{}, class("a-old", T0.Add(-time.Hour)), class("z-new", T0)).Snapshot()
+	if c := s.ClassForExtendedResource(GPUResource); c == nil || c.Name != "z-new" {
+		t.Errorf("class = %v, want z-new (the newer)", c)
+	}
+	s = Build(t, index.Config{}, class("b", T0), class("a", T0)).Snapshot()
+	if c := s.ClassForExtendedResource(GPUResource); c == nil || c.Name != "a" {
+		t.Errorf("class = %v, want a (same age, lower name)", c)
 	}
 }

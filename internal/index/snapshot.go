@@ -283,7 +283,6 @@ func (s *Snapshot) IsDevicePluginResource(name string) bool {
 // DevicePluginResources returns the device-plugin lane's resource names.
 func (s *Snapshot) DevicePluginResources() []string { return s.devicePlugin }
 
-
 // ClassForExtendedResource returns the class serving an extended resource.
 func (s *Snapshot) ClassForExtendedResource(name string) *Class {
 	return classForExtendedResource(s.classByName, name)

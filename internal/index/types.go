@@ -103,6 +103,9 @@ type Class struct {
 	ExtendedResource string
 	// CompileError is set when a selector does not compile.
 	CompileError string
+	// Created is the class's creation time: of two classes naming the same
+	// extended resource, the scheduler uses the newer.
+	Created time.Time
 }
 
 // ImplicitExtendedResource is the extended resource name every class serves.
