@@ -181,12 +181,13 @@ func newNode(obj *corev1.Node) *Node {
 
 func newCoreEvent(obj *corev1.Event) *Event {
 	e := &Event{
-		Key:     Key{obj.Namespace, obj.Name},
-		Pod:     Key{obj.InvolvedObject.Namespace, obj.InvolvedObject.Name},
-		PodUID:  obj.InvolvedObject.UID,
-		Reason:  obj.Reason,
-		Message: obj.Message,
-		Count:   obj.Count,
+		Key:             Key{obj.Namespace, obj.Name},
+		Pod:             Key{obj.InvolvedObject.Namespace, obj.InvolvedObject.Name},
+		PodUID:          obj.InvolvedObject.UID,
+		Reason:          obj.Reason,
+		Message:         obj.Message,
+		Count:           obj.Count,
+		AboutPodWarning: obj.Type == corev1.EventTypeWarning && obj.InvolvedObject.Kind == "Pod",
 	}
 	e.Reporter = obj.ReportingController
 	if e.Reporter == "" {
@@ -213,13 +214,14 @@ func newCoreEvent(obj *corev1.Event) *Event {
 
 func newEventsV1Event(obj *eventsv1.Event) *Event {
 	e := &Event{
-		Key:      Key{obj.Namespace, obj.Name},
-		Pod:      Key{obj.Regarding.Namespace, obj.Regarding.Name},
-		PodUID:   obj.Regarding.UID,
-		Reason:   obj.Reason,
-		Message:  obj.Note,
-		Reporter: obj.ReportingController,
-		Count:    obj.DeprecatedCount,
+		Key:             Key{obj.Namespace, obj.Name},
+		Pod:             Key{obj.Regarding.Namespace, obj.Regarding.Name},
+		PodUID:          obj.Regarding.UID,
+		Reason:          obj.Reason,
+		Message:         obj.Note,
+		Reporter:        obj.ReportingController,
+		Count:           obj.DeprecatedCount,
+		AboutPodWarning: obj.Type == corev1.EventTypeWarning && obj.Regarding.Kind == "Pod",
 	}
 	switch {
 	case obj.Series != nil && !obj.Series.LastObservedTime.IsZero():

@@ -262,7 +262,7 @@ func (ix *Index) deletePod(k Key, now time.Time) {
 }
 
 func (ix *Index) upsertEvent(e *Event) {
-	if !RelevantEvent(e.Reason, e.Message) {
+	if !e.AboutPodWarning || !RelevantEvent(e.Reason, e.Message) {
 		delete(ix.events, e.Key)
 		return
 	}

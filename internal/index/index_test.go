@@ -599,6 +599,25 @@ func TestEventsRelevance(t *testing.T) {
 			t.Errorf("%d events kept, want 0", n)
 		}
 	})
+	t.Run("Normal events and events about other objects are dropped, as the informer's field selector drops them", func(t *testing.T) {
+		normal := Event("normal", p, index.ReasonFailedScheduling, "x", T0)
+		normal.Type = corev1.EventTypeNormal
+		onNode := Event("on-node", p, index.ReasonFailedPrepareDynamicResources, "x", T0)
+		onNode.InvolvedObject.Kind = "Node"
+		v1Normal := &eventsv1.Event{
+			ObjectMeta: metav1.ObjectMeta{Namespace: NS, Name: "v1-normal"},
+			Regarding:  corev1.ObjectReference{Kind: "Pod", Namespace: NS, Name: p.Name, UID: p.UID},
+			Type:       corev1.EventTypeNormal, Reason: index.ReasonFailedScheduling, Note: "x",
+		}
+		ix := Build(t, index.Config{}, p, normal, onNode, v1Normal, Event("kept", p, index.ReasonFailedScheduling, "x", T0))
+		var got []string
+		for _, e := range ix.Snapshot().Events() {
+			got = append(got, e.Key.Name)
+		}
+		if !slices.Equal(got, []string{"kept"}) {
+			t.Errorf("events kept: %v, want [kept]", got)
+		}
+	})
 	t.Run("delete", func(t *testing.T) {
 		e := Event("ev", p, index.ReasonFailedScheduling, "x", T0)
 		ix := Build(t, index.Config{}, p, e)
@@ -618,6 +637,7 @@ func TestPodEvents(t *testing.T) {
 	v1 := &eventsv1.Event{
 		ObjectMeta:          metav1.ObjectMeta{Namespace: NS, Name: "v1-event"},
 		Regarding:           corev1.ObjectReference{Kind: "Pod", Namespace: NS, Name: "llm-0", UID: "uid-new"},
+		Type:                corev1.EventTypeWarning,
 		Reason:              index.ReasonFailedScheduling,
 		Note:                "cannot allocate all claims",
 		ReportingController: "default-scheduler",

@@ -313,4 +313,7 @@ type Event struct {
 	Reporter  string
 	Count     int32
 	Timestamp time.Time
+	// AboutPodWarning is false for Normal events and events about other
+	// objects; the informer's field selector drops those, files may not.
+	AboutPodWarning bool
 }
