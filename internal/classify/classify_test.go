@@ -151,6 +151,8 @@ func TestEveryReason(t *testing.T) {
 		{"node_prepare_failed", podName, world(boundPod, reservedClaim,
 			Event("prep", boundPod, index.ReasonFailedPrepareDynamicResources, "NodePrepareResources: driver gpu.nvidia.com: timeout", T0)),
 			want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"}},
+		{"node_not_ready", podName, world(Running(boundPod), reservedClaim, NotReadyNode("node-1")),
+			want{classify.NodeNotReady, classify.LayerNode, claimName, "node-1", "gpu-0"}},
 		{"node_prepare_pending", podName, world(boundPod, reservedClaim),
 			want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
 		{"not_ready", podName, world(Running(boundPod), reservedClaim),
@@ -185,8 +187,8 @@ func TestEveryReason(t *testing.T) {
 			t.Errorf("reason %s has no case", r)
 		}
 	}
-	if len(classify.Reasons) != 11 {
-		t.Errorf("%d reasons, the design has 11", len(classify.Reasons))
+	if len(classify.Reasons) != 12 {
+		t.Errorf("%d reasons, want the design's 11 and node_not_ready", len(classify.Reasons))
 	}
 }
 
@@ -196,6 +198,7 @@ func TestReasonLayersAndMeanings(t *testing.T) {
 		classify.DeviceClassNotFound: classify.LayerScheduler, classify.NoDevicesForClass: classify.LayerScheduler,
 		classify.SelectorMatchesNothing: classify.LayerScheduler, classify.CapacityExhausted: classify.LayerScheduler,
 		classify.Unallocated: classify.LayerScheduler, classify.NotReserved: classify.LayerScheduler,
+		classify.NodeNotReady:      classify.LayerNode,
 		classify.NodePrepareFailed: classify.LayerNode, classify.NodePreparePending: classify.LayerNode,
 		classify.NotReady: classify.LayerApplication,
 	}
@@ -417,6 +420,9 @@ func TestNodePrepareFailedEvidence(t *testing.T) {
 // The kubelet prepares DRA resources before it creates the sandbox: a
 // ready sandbox, or a container waiting on its image or config, proves
 // preparation passed, and a prepare failure from before that is history.
+// Containers that have not started are still the node's (the design's
+// node_prepare_pending: "bound; containers not started yet"), with the
+// waiting reason as evidence.
 func TestPreparedButNotStarted(t *testing.T) {
 	gpu0 := Result("gpu", "node-1", "gpu-0")
 	reservedClaim := ReservedFor(Allocated(genClaim(), "node-1", T0, gpu0), statusPod())
@@ -439,13 +445,13 @@ func TestPreparedButNotStarted(t *testing.T) {
 		want want
 	}{
 		{"image pull back-off", waiting(Bound(statusPod(), "node-1"), "ImagePullBackOff"), nil,
-			want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
+			want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
 		{"missing secret", waiting(Bound(statusPod(), "node-1"), "CreateContainerConfigError"), nil,
-			want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
+			want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
 		{"image pull back-off after a transient prepare failure", waiting(Bound(statusPod(), "node-1"), "ImagePullBackOff"),
-			[]any{prepareFailed(T0.Add(-time.Minute))}, want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
+			[]any{prepareFailed(T0.Add(-time.Minute))}, want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
 		{"sandbox ready after an old prepare failure", sandboxReady(waiting(Bound(statusPod(), "node-1"), "ContainerCreating"), T0),
-			[]any{prepareFailed(T0.Add(-10 * time.Minute))}, want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
+			[]any{prepareFailed(T0.Add(-10 * time.Minute))}, want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
 		{"prepare failure after the sandbox was ready", sandboxReady(Bound(statusPod(), "node-1"), T0.Add(-10*time.Minute)),
 			[]any{prepareFailed(T0)}, want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"}},
 		{"still creating", waiting(Bound(statusPod(), "node-1"), "ContainerCreating"), nil,
@@ -780,4 +786,100 @@ func TestCapacityPerNode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Situations from clusters in trouble that are not the failure they look
+// like at first sight.
+func TestLifecycleEdges(t *testing.T) {
+	gpu0 := Result("gpu", "node-1", "gpu-0")
+	reservedClaim := ReservedFor(Allocated(genClaim(), "node-1", T0, gpu0), statusPod())
+	sandbox := func(p *corev1.Pod, status corev1.ConditionStatus, at time.Time) *corev1.Pod {
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReadyToStartContainers,
+			Status: status, LastTransitionTime: metav1.NewTime(at)})
+		return p
+	}
+	containers := func(p *corev1.Pod, statuses ...corev1.ContainerStatus) *corev1.Pod {
+		p.Status.ContainerStatuses = statuses
+		return p
+	}
+	creating := corev1.ContainerStatus{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 255, Reason: "Unknown"}}}
+	cdiError := corev1.ContainerStatus{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerError",
+		Message: "failed to inject CDI devices: unresolvable CDI devices gpu.nvidia.com/gpu=GPU-0"}}}
+	sidecar := corev1.ContainerStatus{Name: "proxy", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+	notRegistered := func(at time.Time) *corev1.Event {
+		return Event("e", statusPod(), index.ReasonFailedPrepareDynamicResources, "DRA driver gpu.nvidia.com is not registered", at)
+	}
+
+	t.Run("after a reboot the kubelet prepares the devices again; its failure is the node's", func(t *testing.T) {
+		p := containers(sandbox(Running(Bound(statusPod(), "node-1")), corev1.ConditionFalse, T0.Add(-20*time.Minute)), creating)
+		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim, notRegistered(T0))...),
+			want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"})
+		// A failure from before the sandbox was lost is another incident.
+		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim, notRegistered(T0.Add(-time.Hour)))...),
+			want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"})
+	})
+	t.Run("CDI injection failure with a running sidecar", func(t *testing.T) {
+		p := containers(sandbox(Running(Bound(statusPod(), "node-1")), corev1.ConditionTrue, T0.Add(-time.Hour)), sidecar, cdiError)
+		v := verdictOf(t, podName, world(p, reservedClaim)...)
+		checkVerdict(t, v, want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"})
+		if !strings.Contains(linkSummary(v), "containers started (node_prepare_failed)") {
+			t.Errorf("links: %s", linkSummary(v))
+		}
+	})
+	t.Run("a pod on a node that stopped reporting is the node's", func(t *testing.T) {
+		p := containers(Running(Bound(statusPod(), "node-1")), sidecar)
+		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim, NotReadyNode("node-1"))...),
+			want{classify.NodeNotReady, classify.LayerNode, claimName, "node-1", "gpu-0"})
+	})
+	t.Run("a gated pod waits for its queue, not for DRA", func(t *testing.T) {
+		p := statusPod()
+		p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/admission"}}
+		// Its claim asks for a class that does not exist: that is not
+		// what holds the pod.
+		claim := OwnedBy(Claim(claimName, "uid-claim", Request("gpu", "no-such-class")), tmplPod(), "gpu")
+		v := verdictOf(t, podName, world(p, claim)...)
+		if v.Blocked {
+			t.Fatalf("a gated pod is blocked: %s (%s)", v.Reason, linkSummary(v))
+		}
+		if !strings.Contains(linkSummary(v), "WAIT pod released to the scheduler") {
+			t.Errorf("links: %s", linkSummary(v))
+		}
+		// The controller's links still count.
+		missing := WithNamedClaim(Pod("gated-1", "uid-gated-1"), "gpu", "nowhere")
+		missing.Spec.SchedulingGates = p.Spec.SchedulingGates
+		checkVerdict(t, verdictOf(t, "gated-1", world(missing)...), want{classify.ClaimNotFound, classify.LayerController, "nowhere", "", ""})
+	})
+	t.Run("a claim in deletion is not there for a new pod", func(t *testing.T) {
+		c := Claim("team-gpu", "uid-team", Request("gpu", GPUClassName))
+		c.DeletionTimestamp = Ptr(metav1.NewTime(T0.Add(-time.Minute)))
+		p := WithNamedClaim(Pod("nb-0", "uid-nb"), "gpu", "team-gpu")
+		checkVerdict(t, verdictOf(t, "nb-0", world(p, c)...), want{classify.ClaimNotFound, classify.LayerController, "team-gpu", "", ""})
+	})
+	t.Run("a Ready pod is READY in explain too, with the failing link shown", func(t *testing.T) {
+		p := Ready(Running(Bound(statusPod(), "node-1")))
+		unreserved := Allocated(genClaim(), "node-1", T0, gpu0)
+		v := verdictOf(t, podName, world(p, unreserved)...)
+		if v.Blocked || !v.ReadyDespite || v.Reason != classify.NotReserved {
+			t.Fatalf("blocked=%v readyDespite=%v reason=%s, want a Ready verdict that names not_reserved", v.Blocked, v.ReadyDespite, v.Reason)
+		}
+		var b strings.Builder
+		if err := classify.Format(&b, v); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), "Verdict: READY") || !strings.Contains(b.String(), "reason=not_reserved") {
+			t.Errorf("explain:\n%s", b.String())
+		}
+	})
+	t.Run("devices of a deleted node are not free", func(t *testing.T) {
+		// node-2's Node object is gone, its slice not yet collected; the
+		// only devices left are there.
+		full := ReservedFor(Allocated(Claim("other", "uid-other", Request("gpu", GPUClassName)), "node-1", T0,
+			Result("gpu", "node-1", "gpu-0"), Result("gpu", "node-1", "gpu-1")), Pod("x", "uid-x"))
+		full.Spec.Devices.Requests[0].Exactly.Count = 2
+		full.Spec.Devices.Requests[0].Exactly.AllocationMode = resourceapi.DeviceAllocationModeExactCount
+		ghost := Slice("node-2", "node-2", 1, GPUDevice("gpu-0", "GPU-ghost-0"))
+		checkVerdict(t, verdictOf(t, podName, world(statusPod(), genClaim(Request("gpu", GPUClassName)), full, ghost, Pod("x", "uid-x"))...),
+			want{classify.CapacityExhausted, classify.LayerScheduler, claimName, "", ""})
+	})
 }

@@ -51,6 +51,8 @@ func Format(w io.Writer, v Verdict) error {
 		fmt.Fprintf(b, "\n  owner: the %s layer. %s.\n", v.Layer, layerAdvice[v.Layer])
 	case v.Note != "":
 		fmt.Fprintf(b, "Verdict: NOT CLASSIFIED  %s\n", v.Note)
+	case v.ReadyDespite:
+		fmt.Fprintf(b, "Verdict: READY  the pod is Ready; the failing link above (layer=%s reason=%s) does not hold it, but would hold a new pod\n", v.Layer, v.Reason)
 	case p.Ready():
 		b.WriteString("Verdict: READY  every link passes\n")
 	default:

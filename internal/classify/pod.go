@@ -51,6 +51,9 @@ type Verdict struct {
 	Links       []Link
 	// Note says why a pod is not classified (not a DRA pod, finished...).
 	Note string
+	// ReadyDespite is set when the pod is Ready although a link fails
+	// (Reason and Layer name it); the pod is not blocked.
+	ReadyDespite bool
 }
 
 // Pod walks the decision tree for one pod, with the evidence of every link
@@ -78,6 +81,13 @@ func classifyPod(s *index.Snapshot, p *index.Pod, explain bool) Verdict {
 	}
 	w := walker{s: s, p: p, v: &v, explain: explain}
 	w.walk()
+	if v.Blocked && p.Ready() {
+		// A failing link does not hold a pod that is Ready (a claim deleted
+		// or unreserved under a running pod): explain says so, as the
+		// metric, which leaves Ready pods out, does.
+		v.Blocked = false
+		v.ReadyDespite = true
+	}
 	return v
 }
 
@@ -124,10 +134,11 @@ func (w *walker) fail(l Link, claim *index.Claim, claimName string) {
 
 func (w *walker) walk() {
 	claims := w.s.ResolvePodClaims(w.p)
+	gated := len(w.p.SchedulingGates()) > 0
 	for _, pc := range claims {
-		w.walkClaim(pc)
+		w.walkClaim(pc, gated)
 	}
-	if w.v.Lane == index.LaneDRAExtended && !hasExtendedClaim(claims) {
+	if w.v.Lane == index.LaneDRAExtended && !hasExtendedClaim(claims) && !gated {
 		w.walkExtendedRequests()
 	}
 	if w.failed != nil {
@@ -200,7 +211,9 @@ func claimNode(s *index.Snapshot, c *index.Claim) string {
 	return ""
 }
 
-func (w *walker) walkClaim(pc index.PodClaim) {
+// walkClaim checks one claim of the pod. For a gated pod only the
+// controller's links count: the scheduler has not seen the pod yet.
+func (w *walker) walkClaim(pc index.PodClaim, gated bool) {
 	label := pc.ClaimName
 	if label == "" {
 		label = pc.Name
@@ -228,7 +241,17 @@ func (w *walker) walkClaim(pc index.PodClaim) {
 	default:
 		exists.Evidence = []string{fmt.Sprintf("ResourceClaim %s named by pod claim %s", c.Key, pc.Name)}
 	}
+	if c.Obj.DeletionTimestamp != nil && !c.ReservedForPod(w.p) {
+		exists.Reason = ClaimNotFound
+		exists.Evidence = append(exists.Evidence, fmt.Sprintf("the claim is being deleted (deletionTimestamp %s): the scheduler allocates and reserves no claim in deletion; recreate it, or the pod",
+			c.Obj.DeletionTimestamp.UTC().Format("2006-01-02T15:04:05Z")))
+		w.fail(exists, c, c.Key.Name)
+		return
+	}
 	w.add(exists)
+	if gated {
+		return
+	}
 
 	if !c.Allocated() {
 		if w.walkRequests(c) {
@@ -346,10 +369,14 @@ func (w *walker) schedulingEvidence() []string {
 	return nil
 }
 
-// walkPod checks the links after allocation: binding, node preparation,
-// containers, readiness.
+// walkPod checks the links after allocation: binding, the node, device
+// preparation, containers, readiness.
 func (w *walker) walkPod(claims []index.PodClaim) {
 	pod := w.p.Obj
+	if gates := w.p.SchedulingGates(); len(gates) > 0 {
+		w.add(gatedLink(gates))
+		return
+	}
 	if pod.Spec.NodeName == "" {
 		l := Link{Step: "pod bound to a node", Layer: LayerScheduler, State: Wait,
 			Evidence: []string{"every claim is allocated and reserved for the pod; binding is in progress (not a DRA failure)"}}
@@ -359,12 +386,18 @@ func (w *walker) walkPod(claims []index.PodClaim) {
 	}
 	w.add(Link{Step: "pod bound to a node", Layer: LayerScheduler, State: Pass, Evidence: []string{"spec.nodeName: " + pod.Spec.NodeName}})
 
+	if n := w.s.Node(pod.Spec.NodeName); n != nil && n.NotReady != "" && !w.p.Ready() {
+		w.fail(Link{Step: "node ready", Reason: NodeNotReady, Evidence: []string{
+			fmt.Sprintf("node %s: %s; its kubelet does not run or report the pod (the node lifecycle controller marks its pods not Ready)", n.Name, n.NotReady)}}, nil, "")
+		return
+	}
+
 	prepared := Link{Step: "node prepared the devices", Layer: LayerNode}
-	if !w.p.Started() {
+	state, since := w.p.Sandbox()
+	if state != index.SandboxReady {
 		failure := nodeFailure(w.s.PodEvents(w.p))
-		sandbox, since := w.p.SandboxReady()
-		if failure != nil && sandbox && (since.IsZero() || !failure.Timestamp.After(since)) {
-			failure = nil // an earlier, transient failure: preparation has since succeeded
+		if failure != nil && state == index.SandboxNotReady && !since.IsZero() && failure.Timestamp.Before(since) {
+			failure = nil // before the sandbox was lost: an older incident
 		}
 		var claim *index.Claim
 		switch {
@@ -374,25 +407,53 @@ func (w *walker) walkPod(claims []index.PodClaim) {
 			if claim = w.failedClaim(failure); claim != nil {
 				prepared.Claim = claim.Key.Name
 			}
-		case sandbox:
-			prepared.State = Pass
-			prepared.Evidence = []string{"the pod sandbox is ready (or a container waits on its image or config), so NodePrepareResources succeeded"}
-			w.add(prepared)
-			started := Link{Step: "containers started", Layer: LayerApplication, Reason: NotReady}
-			started.Evidence = append([]string{fmt.Sprintf("pod phase %s; no container has started", pod.Status.Phase)}, waitingReasons(pod)...)
-			w.fail(started, nil, "")
-			return
 		default:
 			prepared.Reason = NodePreparePending
-			prepared.Evidence = []string{fmt.Sprintf("pod phase %s; no container has started", pod.Status.Phase)}
-			prepared.Evidence = append(prepared.Evidence, waitingReasons(pod)...)
+			prepared.Evidence = []string{fmt.Sprintf("pod phase %s; the pod sandbox is not ready, so the devices are not (or no longer) prepared", pod.Status.Phase)}
 		}
+		prepared.Evidence = append(prepared.Evidence, sandboxEvidence(pod)...)
+		prepared.Evidence = append(prepared.Evidence, waitingReasons(pod)...)
 		w.fail(prepared, claim, prepared.Claim)
 		return
 	}
 	prepared.State = Pass
-	prepared.Evidence = []string{"containers have started, so NodePrepareResources succeeded"}
+	prepared.Evidence = []string{"the pod sandbox is ready (or a container has run), so NodePrepareResources succeeded"}
 	w.add(prepared)
+
+	// CDI injection happens when each container is created: a container
+	// whose creation failed on its devices is a node failure even when
+	// others (sidecars, init containers) have run.
+	started := Link{Step: "containers started", Layer: LayerNode}
+	if msg := cdiFailure(pod); msg != "" {
+		started.Reason = NodePrepareFailed
+		started.Evidence = []string{msg}
+		if failure := nodeFailure(w.s.PodEvents(w.p)); failure != nil && (since.IsZero() || !failure.Timestamp.Before(since)) {
+			started.Evidence = append(started.Evidence, eventEvidence(failure))
+		}
+		w.fail(started, nil, "")
+		return
+	}
+	if failure := nodeFailure(w.s.PodEvents(w.p)); !w.p.Started() && !w.p.WaitsPastPrepare() && failure != nil && !since.IsZero() && failure.Timestamp.After(since) {
+		// The sandbox stands, but a later sync failed to prepare the
+		// devices again (a kubelet restart): no container can start.
+		started.Reason = NodePrepareFailed
+		started.Evidence = []string{eventEvidence(failure)}
+		claim := w.failedClaim(failure)
+		if claim != nil {
+			started.Claim = claim.Key.Name
+		}
+		w.fail(started, claim, started.Claim)
+		return
+	}
+	if !w.p.Started() {
+		started.Reason = NodePreparePending
+		started.Evidence = append([]string{fmt.Sprintf("pod phase %s; the devices are prepared, no container has started yet", pod.Status.Phase)}, waitingReasons(pod)...)
+		w.fail(started, nil, "")
+		return
+	}
+	started.State = Pass
+	started.Evidence = []string{"a container has started"}
+	w.add(started)
 
 	ready := Link{Step: "pod ready", Layer: LayerApplication}
 	if !w.p.Ready() {
@@ -404,6 +465,44 @@ func (w *walker) walkPod(claims []index.PodClaim) {
 	ready.State = Pass
 	ready.Evidence = []string{"condition Ready=True"}
 	w.add(ready)
+}
+
+func gatedLink(gates []string) Link {
+	return Link{Step: "pod released to the scheduler", Layer: LayerScheduler, State: Wait, Evidence: []string{
+		"scheduling gates " + strings.Join(gates, ", ") + " hold the pod: the scheduler does not see it until whoever owns the gates (a queue such as Kueue) removes them; not a DRA failure"}}
+}
+
+// cdiFailure returns the first container whose creation failed on its
+// devices (CDI injection, DRA), as evidence; "" when none.
+func cdiFailure(pod *corev1.Pod) string {
+	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		wt := cs.State.Waiting
+		if wt == nil || wt.Message == "" {
+			continue
+		}
+		switch wt.Reason {
+		case "CreateContainerError", "RunContainerError", "StartError", "ContainerCannotRun":
+		default:
+			continue
+		}
+		if index.IsNodePrepareFailure("Failed", wt.Message) {
+			return fmt.Sprintf("container %s waiting: %s: %s", cs.Name, wt.Reason, wt.Message)
+		}
+	}
+	return ""
+}
+
+func sandboxEvidence(pod *corev1.Pod) []string {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReadyToStartContainers {
+			s := fmt.Sprintf("condition PodReadyToStartContainers=%s since %s", c.Status, c.LastTransitionTime.UTC().Format("2006-01-02T15:04:05Z"))
+			if c.Reason != "" {
+				s += " (" + c.Reason + ")"
+			}
+			return []string{s}
+		}
+	}
+	return nil
 }
 
 // failedClaim returns the pod's claim a node failure event names (nil when
@@ -458,15 +557,27 @@ func readinessEvidence(pod *corev1.Pod) []string {
 			out = append(out, s)
 		}
 	}
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if cs.State.Terminated != nil && cs.State.Terminated.ExitCode == 0 || cs.Ready {
+			continue // done, or a sidecar that is ready
+		}
+		out = append(out, containerEvidence("init container "+cs.Name+" not done", cs))
+	}
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Ready {
-			continue
+		if !cs.Ready {
+			out = append(out, containerEvidence("container "+cs.Name+" not ready", cs))
 		}
-		s := fmt.Sprintf("container %s not ready, %d restarts", cs.Name, cs.RestartCount)
-		if cs.State.Waiting != nil {
-			s += ", waiting: " + cs.State.Waiting.Reason
-		}
-		out = append(out, s)
 	}
 	return out
+}
+
+func containerEvidence(what string, cs corev1.ContainerStatus) string {
+	s := fmt.Sprintf("%s, %d restarts", what, cs.RestartCount)
+	if cs.State.Waiting != nil {
+		s += ", waiting: " + cs.State.Waiting.Reason
+	}
+	if t := cs.LastTerminationState.Terminated; t != nil {
+		s += fmt.Sprintf(", last exit %d (%s)", t.ExitCode, t.Reason)
+	}
+	return s
 }

@@ -15,7 +15,10 @@ const (
 	LayerApplication Layer = "application"
 )
 
-// Reason is a failing link of the decision tree. The set is closed.
+// Reason is a failing link of the decision tree. The set is closed: the
+// eleven reasons of the design, and node_not_ready, which keeps the pods of
+// a dead node (marked not Ready by the node lifecycle controller) from
+// reading as an application failure.
 type Reason string
 
 // The reasons, in tree order: when several links fail, the earliest wins.
@@ -28,6 +31,7 @@ const (
 	CapacityExhausted      Reason = "capacity_exhausted"
 	Unallocated            Reason = "unallocated"
 	NotReserved            Reason = "not_reserved"
+	NodeNotReady           Reason = "node_not_ready"
 	NodePrepareFailed      Reason = "node_prepare_failed"
 	NodePreparePending     Reason = "node_prepare_pending"
 	NotReady               Reason = "not_ready"
@@ -37,7 +41,7 @@ const (
 var Reasons = []Reason{
 	ClaimNotCreated, ClaimNotFound, DeviceClassNotFound, NoDevicesForClass,
 	SelectorMatchesNothing, CapacityExhausted, Unallocated, NotReserved,
-	NodePrepareFailed, NodePreparePending, NotReady,
+	NodeNotReady, NodePrepareFailed, NodePreparePending, NotReady,
 }
 
 var reasonLayer = map[Reason]Layer{
@@ -49,6 +53,7 @@ var reasonLayer = map[Reason]Layer{
 	CapacityExhausted:      LayerScheduler,
 	Unallocated:            LayerScheduler,
 	NotReserved:            LayerScheduler,
+	NodeNotReady:           LayerNode,
 	NodePrepareFailed:      LayerNode,
 	NodePreparePending:     LayerNode,
 	NotReady:               LayerApplication,
@@ -56,15 +61,16 @@ var reasonLayer = map[Reason]Layer{
 
 var reasonMeaning = map[Reason]string{
 	ClaimNotCreated:        "the claim for a ResourceClaimTemplate was not generated (resourceclaim controller, admission webhooks)",
-	ClaimNotFound:          "the pod names a ResourceClaim that does not exist",
+	ClaimNotFound:          "the pod names a ResourceClaim that does not exist (or is being deleted)",
 	DeviceClassNotFound:    "a request names a DeviceClass that does not exist",
 	NoDevicesForClass:      "no ResourceSlice device matches the class selectors (is the driver publishing?)",
 	SelectorMatchesNothing: "the claim's own CEL selectors exclude every device of the class",
-	CapacityExhausted:      "matching devices exist, but all are allocated",
+	CapacityExhausted:      "matching devices exist, but no node has enough of them free for the request",
 	Unallocated:            "the claim is still unallocated for another reason (constraints, node affinity, taints, node resources)",
 	NotReserved:            "the claim is allocated, but status.reservedFor does not name this pod",
+	NodeNotReady:           "the pod is bound to a node whose Ready condition is False or Unknown (kubelet down, node unreachable)",
 	NodePrepareFailed:      "the pod is bound and the kubelet reported a DRA prepare failure",
-	NodePreparePending:     "the pod is bound and its containers have not started yet",
+	NodePreparePending:     "the pod is bound and its containers have not started yet (devices being prepared, sandbox or image pending)",
 	NotReady:               "containers run, but the pod is not Ready (readiness failing)",
 }
 

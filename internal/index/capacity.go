@@ -94,11 +94,14 @@ func (s *Snapshot) LaneCapacity() []Capacity {
 	used := s.devicePluginUsed()
 	for _, n := range s.Nodes {
 		for _, name := range s.devicePlugin {
-			// Allocatable drops when the kubelet marks devices unhealthy;
-			// pods keep the GPUs they hold, so the node stays listed.
-			total := n.Allocatable[name]
+			// The device plugin reports every device in capacity and only
+			// the healthy ones in allocatable; pods keep the GPUs they hold
+			// when theirs turn unhealthy or the plugin goes away, so those
+			// count in the total too and allocated never exceeds it. Only
+			// healthy, unheld devices are free.
 			alloc := used[nodeResource{n.Name, name}]
-			if total == 0 && alloc == 0 {
+			total := max(n.Capacity[name], n.Allocatable[name], alloc)
+			if total == 0 {
 				continue
 			}
 			class := name
@@ -109,7 +112,7 @@ func (s *Snapshot) LaneCapacity() []Capacity {
 			r.Total += int(total)
 			r.Allocated += int(alloc)
 			if n.Unusable == "" {
-				r.Free += int(max(total-alloc, 0))
+				r.Free += int(max(n.Allocatable[name]-alloc, 0))
 			}
 		}
 	}

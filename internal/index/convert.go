@@ -1,11 +1,13 @@
 package index
 
 import (
+	"math"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 )
@@ -111,9 +113,21 @@ func extendedRequests(obj *corev1.Pod) map[string]int64 {
 		if out == nil {
 			out = map[string]int64{}
 		}
-		out[string(name)] = q.Value()
+		out[string(name)] = quantityValue(q)
 	}
 	return out
+}
+
+// quantityValue is q as an int64, saturating instead of wrapping around for
+// amounts no int64 holds.
+func quantityValue(q resource.Quantity) int64 {
+	if v, ok := q.AsInt64(); ok {
+		return v
+	}
+	if q.Sign() > 0 && q.Cmp(*resource.NewQuantity(math.MaxInt64, resource.DecimalSI)) > 0 {
+		return math.MaxInt64
+	}
+	return q.Value()
 }
 
 // defaulted copies containers with their requests defaulted from limits.
@@ -165,18 +179,29 @@ func newNode(obj *corev1.Node) *Node {
 	}
 	for _, c := range obj.Status.Conditions {
 		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
-			n.Unusable = "Ready=" + string(c.Status)
-		}
-	}
-	for name, q := range obj.Status.Allocatable {
-		if IsExtendedResource(string(name)) {
-			if n.Allocatable == nil {
-				n.Allocatable = map[string]int64{}
+			n.NotReady = "Ready=" + string(c.Status)
+			if c.Reason != "" {
+				n.NotReady += " (" + c.Reason + ")"
 			}
-			n.Allocatable[string(name)] = q.Value()
+			n.Unusable = n.NotReady
 		}
 	}
+	n.Allocatable = extendedAmounts(obj.Status.Allocatable)
+	n.Capacity = extendedAmounts(obj.Status.Capacity)
 	return n
+}
+
+func extendedAmounts(list corev1.ResourceList) map[string]int64 {
+	var out map[string]int64
+	for name, q := range list {
+		if IsExtendedResource(string(name)) {
+			if out == nil {
+				out = map[string]int64{}
+			}
+			out[string(name)] = quantityValue(q)
+		}
+	}
+	return out
 }
 
 func newCoreEvent(obj *corev1.Event) *Event {

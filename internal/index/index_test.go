@@ -785,11 +785,29 @@ func TestLaneCapacity(t *testing.T) {
 	}
 
 	// The kubelet drops allocatable when the plugin's devices turn
-	// unhealthy; the pods keep theirs and stay in the device-plugin lane.
+	// unhealthy (or the plugin goes away); the pods keep theirs and stay in
+	// the device-plugin lane, and the GPUs they hold still count in the
+	// total, so allocated never exceeds it.
 	t.Run("allocatable dropped to zero", func(t *testing.T) {
 		s := Build(t, index.Config{DevicePluginResources: []string{GPUResource}}, GPUClass(), Node("dp-node", 0),
 			Running(Bound(WithLimit(dp1, GPUResource, 2), "dp-node"))).Snapshot()
-		want := []index.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUClassName, Node: "dp-node", Total: 0, Allocated: 2, Free: 0}}
+		want := []index.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUClassName, Node: "dp-node", Total: 2, Allocated: 2, Free: 0}}
+		if got := s.LaneCapacity(); !slices.Equal(got, want) {
+			t.Errorf("LaneCapacity = %+v, want %+v", got, want)
+		}
+		if lane := s.PodLane(s.Pod(index.Key{Namespace: NS, Name: "dp-a"})); lane != index.LaneDevicePlugin {
+			t.Errorf("lane = %q, want device-plugin", lane)
+		}
+	})
+
+	// Two of eight GPUs unhealthy: capacity 8, allocatable 6. The total is
+	// the capacity; only healthy, unheld devices are free.
+	t.Run("unhealthy devices", func(t *testing.T) {
+		n := Node("dp-node", 6)
+		n.Status.Capacity = corev1.ResourceList{GPUResource: resource.MustParse("8")}
+		s := Build(t, index.Config{DevicePluginResources: []string{GPUResource}}, GPUClass(), n,
+			Running(Bound(WithLimit(dp1, GPUResource, 5), "dp-node"))).Snapshot()
+		want := []index.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUClassName, Node: "dp-node", Total: 8, Allocated: 5, Free: 1}}
 		if got := s.LaneCapacity(); !slices.Equal(got, want) {
 			t.Errorf("LaneCapacity = %+v, want %+v", got, want)
 		}

@@ -219,8 +219,15 @@ func (s *Snapshot) availableWith(d *Device, tolerations []resourceapi.DeviceTole
 		return false
 	}
 	if d.Node != "" {
-		if n := s.nodesByName[d.Node]; n != nil && n.Unusable != "" {
+		n := s.nodesByName[d.Node]
+		if n != nil && n.Unusable != "" {
 			return false // no new pod lands there to use it
+		}
+		if n == nil && len(s.nodesByName) > 0 {
+			// The Node is gone (scale-down) and its slice not yet
+			// collected: the scheduler has no node to place a pod on. A
+			// file without any Node object says nothing, though.
+			return false
 		}
 	}
 	if len(d.Counters) == 0 {

@@ -257,14 +257,37 @@ func (p *Pod) Started() bool {
 	return false
 }
 
-// SandboxReady reports whether the node has evidently prepared the pod's
-// devices although no container has run yet, and since when. The kubelet
-// prepares DRA resources before it creates the pod sandbox, so the
-// condition PodReadyToStartContainers=True proves it; so does a container
-// waiting for a reason that only comes after the sandbox exists (an image
-// pull, a missing ConfigMap or Secret), which is the pod's current state and
-// so comes after any earlier failure (the time returned is then zero).
-func (p *Pod) SandboxReady() (bool, time.Time) {
+// Sandbox says whether the node has prepared the pod's devices now, and
+// since when. The kubelet prepares DRA resources before it creates the pod
+// sandbox (and again when it recreates a lost sandbox, after a node reboot
+// or a kubelet restart), so the condition PodReadyToStartContainers says it:
+// True, prepared; False, not (any more). Without the condition (older
+// kubelets, hand-made objects), a container that has run, or one waiting
+// for a reason that only comes after the sandbox exists (an image pull, a
+// missing ConfigMap or Secret), shows it; the time is then zero.
+func (p *Pod) Sandbox() (state SandboxState, since time.Time) {
+	for _, c := range p.Obj.Status.Conditions {
+		if c.Type != corev1.PodReadyToStartContainers {
+			continue
+		}
+		switch c.Status {
+		case corev1.ConditionTrue:
+			return SandboxReady, c.LastTransitionTime.Time
+		case corev1.ConditionFalse:
+			return SandboxNotReady, c.LastTransitionTime.Time
+		}
+	}
+	if p.Started() || p.WaitsPastPrepare() {
+		return SandboxReady, time.Time{}
+	}
+	return SandboxUnknown, time.Time{}
+}
+
+// WaitsPastPrepare reports whether a container waits for a reason that
+// only comes after the kubelet prepared the pod's devices in its current
+// sync (an image pull, a missing ConfigMap or Secret): the freshest proof
+// that preparation passed, newer than any failure event.
+func (p *Pod) WaitsPastPrepare() bool {
 	for _, statuses := range [][]corev1.ContainerStatus{p.Obj.Status.InitContainerStatuses, p.Obj.Status.ContainerStatuses} {
 		for _, cs := range statuses {
 			if cs.State.Waiting == nil {
@@ -272,16 +295,42 @@ func (p *Pod) SandboxReady() (bool, time.Time) {
 			}
 			switch cs.State.Waiting.Reason {
 			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError":
-				return true, time.Time{}
+				return true
 			}
 		}
 	}
-	for _, c := range p.Obj.Status.Conditions {
-		if c.Type == corev1.PodReadyToStartContainers && c.Status == corev1.ConditionTrue {
-			return true, c.LastTransitionTime.Time
+	return false
+}
+
+// SandboxState is what a pod's status says of its sandbox.
+type SandboxState int
+
+// Sandbox states.
+const (
+	SandboxUnknown SandboxState = iota // nothing says it exists yet
+	SandboxReady
+	SandboxNotReady // PodReadyToStartContainers=False
+)
+
+// SchedulingGates returns the gates that keep the pod from the scheduler
+// (spec.schedulingGates, or the PodScheduled=False SchedulingGated
+// condition the API server sets), nil when none.
+func (p *Pod) SchedulingGates() []string {
+	if p.Obj.Spec.NodeName != "" {
+		return nil
+	}
+	var out []string
+	for _, g := range p.Obj.Spec.SchedulingGates {
+		out = append(out, g.Name)
+	}
+	if len(out) == 0 {
+		for _, c := range p.Obj.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonSchedulingGated {
+				out = append(out, "(condition PodScheduled=False SchedulingGated)")
+			}
 		}
 	}
-	return false, time.Time{}
+	return out
 }
 
 func podCondition(p *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStatus {
@@ -299,8 +348,13 @@ type Node struct {
 	// Unusable says why no new pod lands on the node ("" when it can):
 	// cordoned, or its Ready condition is False or Unknown.
 	Unusable string
-	// Allocatable holds the node's allocatable extended resources.
+	// NotReady is set when the node's Ready condition is False or Unknown
+	// ("Ready=Unknown (NodeStatusUnknown)"): its kubelet is not running pods.
+	NotReady string
+	// Allocatable holds the node's allocatable extended resources (the
+	// healthy devices of a device plugin), Capacity all of them.
 	Allocatable map[string]int64
+	Capacity    map[string]int64
 }
 
 // Event is the newest Warning event of one reason about one pod.

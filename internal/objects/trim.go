@@ -87,6 +87,7 @@ func (t Trimmer) pod(in *corev1.Pod) *corev1.Pod {
 	out.Spec.NodeName = in.Spec.NodeName
 	out.Spec.ResourceClaims = in.Spec.ResourceClaims
 	out.Spec.SchedulingGroup = in.Spec.SchedulingGroup
+	out.Spec.SchedulingGates = in.Spec.SchedulingGates
 	out.Spec.Containers = trimContainers(in.Spec.Containers)
 	out.Spec.InitContainers = trimContainers(in.Spec.InitContainers)
 	st := &in.Status

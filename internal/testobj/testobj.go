@@ -289,6 +289,14 @@ func Node(name string, gpus int64) *corev1.Node {
 	return n
 }
 
+// NotReadyNode is a GPU-less node whose kubelet stopped reporting: the node
+// lifecycle controller set Ready=Unknown.
+func NotReadyNode(name string) *corev1.Node {
+	n := Node(name, 0)
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown"}}
+	return n
+}
+
 func Event(name string, p *corev1.Pod, reason, message string, at time.Time) *corev1.Event {
 	return &corev1.Event{
 		ObjectMeta:     metav1.ObjectMeta{Namespace: p.Namespace, Name: name, UID: types.UID("event-" + name)},
