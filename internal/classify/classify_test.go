@@ -883,3 +883,17 @@ func TestLifecycleEdges(t *testing.T) {
 			want{classify.CapacityExhausted, classify.LayerScheduler, claimName, "", ""})
 	})
 }
+
+// For firstAvailable the verdict names the class of the subrequest the
+// allocator would use, not of the first one listed.
+func TestFirstAvailableClass(t *testing.T) {
+	req := resourceapi.DeviceRequest{Name: "gpu", FirstAvailable: []resourceapi.DeviceSubRequest{
+		{Name: "mig", DeviceClassName: MIGClassName}, // no MIG device published
+		{Name: "full", DeviceClassName: GPUClassName},
+	}}
+	v := verdictOf(t, podName, world(statusPod(), genClaim(req))...)
+	checkVerdict(t, v, want{classify.Unallocated, classify.LayerScheduler, claimName, "", ""})
+	if v.DeviceClass != GPUClassName {
+		t.Errorf("device_class = %q, want %q (the subrequest that passed)", v.DeviceClass, GPUClassName)
+	}
+}

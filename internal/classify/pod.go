@@ -254,8 +254,8 @@ func (w *walker) walkClaim(pc index.PodClaim, gated bool) {
 	}
 
 	if !c.Allocated() {
-		if w.walkRequests(c) {
-			l := Link{Step: "claim allocated", Claim: c.Key.Name, Class: firstRequestClass(c), Reason: Unallocated}
+		if ok, class := w.walkRequests(c); ok {
+			l := Link{Step: "claim allocated", Claim: c.Key.Name, Class: class, Reason: Unallocated}
 			l.Evidence = append([]string{"every request has free matching devices, yet the claim is unallocated: look at node resources, affinity, taints and claim constraints"}, w.schedulingEvidence()...)
 			w.fail(l, c, c.Key.Name)
 		}
@@ -281,17 +281,6 @@ func (w *walker) walkClaim(pc index.PodClaim, gated bool) {
 	reserved.State = Pass
 	reserved.Evidence = []string{fmt.Sprintf("status.reservedFor includes pod %s (uid %s)", w.p.Key.Name, w.p.UID)}
 	w.add(reserved)
-}
-
-// firstRequestClass is the class of the claim's first request (its first
-// subrequest for firstAvailable).
-func firstRequestClass(c *index.Claim) string {
-	for _, r := range c.Obj.Spec.Devices.Requests {
-		if cands := candidates(r); len(cands) > 0 {
-			return cands[0].class
-		}
-	}
-	return ""
 }
 
 func (w *walker) describeResult(c *index.Claim, r index.Result) string {

@@ -39,6 +39,7 @@ func candidates(r resourceapi.DeviceRequest) []candidate {
 
 // check is the outcome of the scheduler-side links for one candidate.
 type check struct {
+	class string // the candidate's DeviceClass
 	links []Link
 	fail  Reason // "" when every link passed
 }
@@ -46,8 +47,8 @@ type check struct {
 // walkRequests checks, for each request of an unallocated claim, that its
 // class exists, selects devices, that the request's selectors keep some,
 // and that enough of those are free. It reports whether all passed.
-func (w *walker) walkRequests(c *index.Claim) bool {
-	ok := true
+func (w *walker) walkRequests(c *index.Claim) (ok bool, class string) {
+	ok = true
 	for _, r := range c.Obj.Spec.Devices.Requests {
 		var best *check
 		for _, cand := range candidates(r) {
@@ -62,6 +63,9 @@ func (w *walker) walkRequests(c *index.Claim) bool {
 		if best == nil {
 			continue
 		}
+		if class == "" {
+			class = best.class // for firstAvailable, the subrequest that passed or got furthest
+		}
 		for _, l := range best.links {
 			if l.State == Fail {
 				w.fail(l, c, c.Key.Name)
@@ -71,11 +75,11 @@ func (w *walker) walkRequests(c *index.Claim) bool {
 			}
 		}
 	}
-	return ok
+	return ok, class
 }
 
 func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
-	var ch check
+	ch := check{class: cand.class}
 	link := func(step string) Link {
 		return Link{Step: fmt.Sprintf("%s (request %s)", step, cand.name), Layer: LayerScheduler, Claim: c.Key.Name, Class: cand.class}
 	}
