@@ -14,6 +14,9 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/offline"
 )
 
@@ -160,8 +163,60 @@ func TestExplainAgreesWithMetric(t *testing.T) {
 			checked++
 		}
 	}
-	if checked < 11 {
+	if checked < len(classify.Reasons) {
 		t.Errorf("only %d blocked pods checked; the scenarios should cover every reason", checked)
+	}
+}
+
+// TestExplainAgreesOnPodsNotBlocked runs explain for every pod of every
+// scenario that the metrics do not call blocked: explain must not call it
+// blocked either (a Ready pod with a failing link, a gated pod, a binding
+// pod, a finished one).
+func TestExplainAgreesOnPodsNotBlocked(t *testing.T) {
+	checked := 0
+	for _, dir := range scenarios(t) {
+		metrics, err := os.ReadFile(filepath.Join(dir, "metrics.prom"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := parser.TextToMetricFamilies(bytes.NewReader(metrics))
+		if err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		blocked := map[string]bool{}
+		for _, m := range families["dra_pod_blocked"].GetMetric() {
+			l := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			blocked[l["namespace"]+"/"+l["pod"]] = true
+		}
+		ix, _, err := offline.Build([]string{filepath.Join(dir, "objects.yaml")}, objects.Trimmer{}, index.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range ix.Snapshot().Pods {
+			target := p.Key.Namespace + "/" + p.Key.Name
+			if blocked[target] {
+				continue // TestExplainAgreesWithMetric checks it
+			}
+			var out, errOut bytes.Buffer
+			if rc := run([]string{"explain", "--from", filepath.Join(dir, "objects.yaml"), "--now", goldenNow, target}, &out, &errOut); rc != 0 {
+				if strings.Contains(errOut.String(), "more than one") {
+					continue // two pods of one name (a recreated pod): explain asks for the UID
+				}
+				t.Fatalf("explain %s exited %d: %s", target, rc, errOut.String())
+			}
+			if strings.Contains(out.String(), "Verdict: BLOCKED") {
+				t.Errorf("%s: explain %s says BLOCKED, the metric does not:\n%s", filepath.Base(dir), target, out.String())
+			}
+			checked++
+		}
+	}
+	t.Logf("%d pods not blocked, explain agrees on each", checked)
+	if checked < 20 {
+		t.Errorf("only %d pods checked", checked)
 	}
 }
 
@@ -177,10 +232,8 @@ func TestGoldenCoversTheTree(t *testing.T) {
 		all.Write(b)
 	}
 	text := all.String()
-	for _, r := range []string{"claim_not_created", "claim_not_found", "device_class_not_found", "no_devices_for_class",
-		"selector_matches_nothing", "capacity_exhausted", "unallocated", "not_reserved", "node_prepare_failed",
-		"node_prepare_pending", "not_ready"} {
-		if !strings.Contains(text, `reason="`+r+`"} 1`) {
+	for _, r := range classify.Reasons {
+		if !strings.Contains(text, `reason="`+string(r)+`"} 1`) {
 			t.Errorf("no scenario has a pod blocked with reason %s", r)
 		}
 	}
