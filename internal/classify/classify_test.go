@@ -897,3 +897,12 @@ func TestFirstAvailableClass(t *testing.T) {
 		t.Errorf("device_class = %q, want %q (the subrequest that passed)", v.DeviceClass, GPUClassName)
 	}
 }
+
+// A claim whose devices span nodes (a PodGroup's): the verdict names a
+// device on the pod's node, so node and device agree.
+func TestVerdictDeviceOnThePodsNode(t *testing.T) {
+	p := Bound(statusPod(), "node-1")
+	c := ReservedFor(Allocated(genClaim(), "", T0, Result("gpu", "node-2", "gpu-5"), Result("gpu", "node-1", "gpu-1")), p)
+	v := verdictOf(t, podName, world(p, c, Node("node-2", 0), Slice("node-2", "node-2", 1, GPUDevice("gpu-5", "GPU-5")))...)
+	checkVerdict(t, v, want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-1"})
+}

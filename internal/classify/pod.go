@@ -178,9 +178,18 @@ func (w *walker) conclude() {
 		}
 	}
 	if c != nil && len(c.Results) > 0 {
-		v.Device = c.Results[0].Device.Device
+		// A claim may span nodes (a PodGroup's, network-attached devices):
+		// name a device on the pod's node, so that node and device agree.
+		r := c.Results[0]
+		for _, x := range c.Results {
+			if d := w.s.Device(x.Device); v.Node != "" && d != nil && d.Node == v.Node {
+				r = x
+				break
+			}
+		}
+		v.Device = r.Device.Device
 		if v.DeviceClass == "" {
-			v.DeviceClass = c.Results[0].Class
+			v.DeviceClass = r.Class
 		}
 		if v.Node == "" {
 			v.Node = claimNode(w.s, c)
