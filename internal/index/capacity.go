@@ -7,7 +7,7 @@ import (
 
 // Device states in capacity figures. A device that is neither allocated nor
 // free is unavailable: tainted, or a sibling partition uses its shared
-// counters.
+// counters. A shareable device in use that takes more claims is both.
 const (
 	StateTotal     = "total"
 	StateAllocated = "allocated"
@@ -39,10 +39,13 @@ func (s *Snapshot) ClassCapacity() []Capacity {
 				byNode[d.Node] = row
 			}
 			row.Total++
-			switch {
-			case s.InUse(d.Key):
+			// A shareable device (allowMultipleAllocations) in use is
+			// allocated and, while it takes more claims, free as well.
+			inUse := s.InUse(d.Key)
+			if inUse {
 				row.Allocated++
-			case s.Available(d):
+			}
+			if (!inUse || d.Shareable) && s.Available(d) {
 				row.Free++
 			}
 		}
@@ -86,7 +89,8 @@ func (s *Snapshot) LaneCapacity() []Capacity {
 				dra.Allocated++
 			case len(claims) > 0:
 				row(LaneDRAExtended, c.Name, d.Node).Allocated++
-			case s.Available(d):
+			}
+			if (len(claims) == 0 || d.Shareable) && s.Available(d) {
 				dra.Free++
 			}
 		}

@@ -478,6 +478,16 @@ func TestAllocatedToAndShareable(t *testing.T) {
 	if !s.Available(s.Device(k)) {
 		t.Errorf("a shareable device in use should still be available")
 	}
+	// In the capacity figures it is allocated, and free as well: a new
+	// claim can still get it.
+	want := []index.Capacity{{DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 1}}
+	if got := s.ClassCapacity(); !slices.Equal(got, want) {
+		t.Errorf("ClassCapacity = %+v, want %+v", got, want)
+	}
+	wantLane := []index.Capacity{{Lane: index.LaneDRA, DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 1}}
+	if got := s.LaneCapacity(); !slices.Equal(got, wantLane) {
+		t.Errorf("LaneCapacity = %+v, want %+v", got, wantLane)
+	}
 }
 
 func TestPodRelevance(t *testing.T) {
