@@ -88,7 +88,7 @@ func renderReference(defs []*collector.Def) string {
 	b.WriteString("| `dra_claim_allocation_info` | one per allocated device |\n")
 	b.WriteString("| `dra_claim_reserved_for_info` | one per reservation |\n")
 	b.WriteString("| `dra_pod_blocked` | one per blocked DRA pod |\n")
-	b.WriteString("| `dra_claim_reservation_leak` | one per leaked claim and device |\n")
+	b.WriteString("| `dra_claim_reservation_leak` | one per leaked reservation (or claim) and device |\n")
 	b.WriteString("| `dra_lane_devices` | up to 3 per (lane, node, class) |\n")
 	b.WriteString("| `dra_pod_info`, `dra_pod_labels` | one per GPU pod |\n")
 	b.WriteString("| histograms | per device class (and stage), per lane and stage: 16 buckets each |\n")

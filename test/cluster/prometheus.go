@@ -71,8 +71,15 @@ rule_files:
 %s
 scrape_configs:
 - job_name: dra-exporter
+  # The exporter's namespace and pod labels name workloads: they must win
+  # over the target labels service discovery adds (a ServiceMonitor adds
+  # namespace and pod of the exporter itself, as these static labels do).
+  honor_labels: true
   static_configs:
   - targets: [%q]
+    labels:
+      namespace: dra-exporter
+      pod: dra-exporter-5f7d8c9b6-x2x7q
 `, interval, interval, yamlList(ruleGlobs), o.Target)
 	configPath := filepath.Join(o.Dir, "prometheus.yml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
