@@ -8,7 +8,7 @@ import (
 
 var (
 	classDevices = newDef("dra_device_class_devices", typeGauge,
-		"Devices a DeviceClass selects (the scheduler's CEL over every published device), per node and state: total, allocated, or free (allocatable now; total minus allocated minus free are tainted, blocked by shared counters, or on a cordoned or NotReady node; a shareable device in use that takes more claims counts as allocated and free). A class that selects nothing reports total 0 with node \"\".",
+		"Devices a DeviceClass selects (the scheduler's CEL over every published device), per node and state: total, allocated, or free (allocatable now; total minus allocated minus free are tainted, blocked by shared counters, or on a cordoned or NotReady node). A class that selects nothing reports total 0 with node \"\".",
 		"device_class", "node", "state")
 	classSelectorErrors = newDef("dra_device_class_selector_errors", typeGauge,
 		"Devices on which the DeviceClass selectors failed to evaluate (CEL compile or runtime error); such devices cannot be allocated through the class.",

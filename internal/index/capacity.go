@@ -7,7 +7,8 @@ import (
 
 // Device states in capacity figures. A device that is neither allocated nor
 // free is unavailable: tainted, or a sibling partition uses its shared
-// counters. A shareable device in use that takes more claims is both.
+// counters. A shareable device in use is allocated, not free: how much of
+// its capacity is left (consumedCapacity) is not modelled.
 const (
 	StateTotal     = "total"
 	StateAllocated = "allocated"
@@ -39,13 +40,10 @@ func (s *Snapshot) ClassCapacity() []Capacity {
 				byNode[d.Node] = row
 			}
 			row.Total++
-			// A shareable device (allowMultipleAllocations) in use is
-			// allocated and, while it takes more claims, free as well.
-			inUse := s.InUse(d.Key)
-			if inUse {
+			switch {
+			case s.InUse(d.Key):
 				row.Allocated++
-			}
-			if (!inUse || d.Shareable) && s.Available(d) {
+			case s.Available(d):
 				row.Free++
 			}
 		}
@@ -89,8 +87,7 @@ func (s *Snapshot) LaneCapacity() []Capacity {
 				dra.Allocated++
 			case len(claims) > 0:
 				row(LaneDRAExtended, c.Name, d.Node).Allocated++
-			}
-			if (len(claims) == 0 || d.Shareable) && s.Available(d) {
+			case s.Available(d):
 				dra.Free++
 			}
 		}

@@ -478,13 +478,14 @@ func TestAllocatedToAndShareable(t *testing.T) {
 	if !s.Available(s.Device(k)) {
 		t.Errorf("a shareable device in use should still be available")
 	}
-	// In the capacity figures it is allocated, and free as well: a new
-	// claim can still get it.
-	want := []index.Capacity{{DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 1}}
+	// In the capacity figures it is allocated, not free: what is left of
+	// its capacity (consumedCapacity) is not modelled, and a fully used
+	// device must not read free.
+	want := []index.Capacity{{DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 0}}
 	if got := s.ClassCapacity(); !slices.Equal(got, want) {
 		t.Errorf("ClassCapacity = %+v, want %+v", got, want)
 	}
-	wantLane := []index.Capacity{{Lane: index.LaneDRA, DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 1}}
+	wantLane := []index.Capacity{{Lane: index.LaneDRA, DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 0}}
 	if got := s.LaneCapacity(); !slices.Equal(got, wantLane) {
 		t.Errorf("LaneCapacity = %+v, want %+v", got, wantLane)
 	}
