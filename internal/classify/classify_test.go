@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -420,9 +421,10 @@ func TestNodePrepareFailedEvidence(t *testing.T) {
 // The kubelet prepares DRA resources before it creates the sandbox: a
 // ready sandbox, or a container waiting on its image or config, proves
 // preparation passed, and a prepare failure from before that is history.
-// Containers that have not started are still the node's (the design's
-// node_prepare_pending: "bound; containers not started yet"), with the
-// waiting reason as evidence.
+// Containers still being created are the node's (the design's
+// node_prepare_pending: "bound; containers not started yet"); a container
+// stopped by its own image or configuration (a bad image, a missing
+// Secret) is the application's, however the pod is built.
 func TestPreparedButNotStarted(t *testing.T) {
 	gpu0 := Result("gpu", "node-1", "gpu-0")
 	reservedClaim := ReservedFor(Allocated(genClaim(), "node-1", T0, gpu0), statusPod())
@@ -445,11 +447,11 @@ func TestPreparedButNotStarted(t *testing.T) {
 		want want
 	}{
 		{"image pull back-off", waiting(Bound(statusPod(), "node-1"), "ImagePullBackOff"), nil,
-			want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
+			want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
 		{"missing secret", waiting(Bound(statusPod(), "node-1"), "CreateContainerConfigError"), nil,
-			want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
+			want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
 		{"image pull back-off after a transient prepare failure", waiting(Bound(statusPod(), "node-1"), "ImagePullBackOff"),
-			[]any{prepareFailed(T0.Add(-time.Minute))}, want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
+			[]any{prepareFailed(T0.Add(-time.Minute))}, want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
 		{"sandbox ready after an old prepare failure", sandboxReady(waiting(Bound(statusPod(), "node-1"), "ContainerCreating"), T0),
 			[]any{prepareFailed(T0.Add(-10 * time.Minute))}, want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
 		{"prepare failure after the sandbox was ready", sandboxReady(Bound(statusPod(), "node-1"), T0.Add(-10*time.Minute)),
@@ -905,4 +907,43 @@ func TestVerdictDeviceOnThePodsNode(t *testing.T) {
 	c := ReservedFor(Allocated(genClaim(), "", T0, Result("gpu", "node-2", "gpu-5"), Result("gpu", "node-1", "gpu-1")), p)
 	v := verdictOf(t, podName, world(p, c, Node("node-2", 0), Slice("node-2", "node-2", 1, GPUDevice("gpu-5", "GPU-5")))...)
 	checkVerdict(t, v, want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-1"})
+}
+
+// Review cases: CDI wording must be the runtime's, not a path that
+// contains "cdi"; an image error reads the same with or without an init
+// container; a failure event a fraction of a second before the sandbox
+// came up is not a re-prepare failure.
+func TestContainerErrorsAndOrdering(t *testing.T) {
+	gpu0 := Result("gpu", "node-1", "gpu-0")
+	reservedClaim := ReservedFor(Allocated(genClaim(), "node-1", T0, gpu0), statusPod())
+	sandboxReady := func(p *corev1.Pod, at time.Time) *corev1.Pod {
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReadyToStartContainers,
+			Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at)})
+		return p
+	}
+	waiting := func(reason, msg string) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}
+	}
+	t.Run("a path containing cdi is not a CDI failure", func(t *testing.T) {
+		p := sandboxReady(Bound(statusPod(), "node-1"), T0.Add(-time.Hour))
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("RunContainerError", `exec: "/opt/mcdis/run.sh": no such file or directory`)}
+		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim)...), want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"})
+	})
+	t.Run("an image error with a completed init container is the application's too", func(t *testing.T) {
+		p := sandboxReady(Bound(statusPod(), "node-1"), T0.Add(-time.Hour))
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "fetch-model", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ImagePullBackOff", "Back-off pulling image")}
+		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim)...), want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"})
+	})
+	t.Run("an event in the same second as the sandbox transition is not newer", func(t *testing.T) {
+		p := sandboxReady(Bound(statusPod(), "node-1"), T0)
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating", "")}
+		ev := &eventsv1.Event{
+			ObjectMeta: metav1.ObjectMeta{Namespace: NS, Name: "ev"},
+			Regarding:  corev1.ObjectReference{Kind: "Pod", Namespace: NS, Name: podName, UID: podUID},
+			Type:       corev1.EventTypeWarning, Reason: index.ReasonFailedPrepareDynamicResources, Note: "transient",
+			EventTime: metav1.NewMicroTime(T0.Add(300 * time.Millisecond)),
+		}
+		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim, ev)...), want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"})
+	})
 }

@@ -3,6 +3,7 @@ package classify
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -394,7 +395,7 @@ func (w *walker) walkPod(claims []index.PodClaim) {
 	state, since := w.p.Sandbox()
 	if state != index.SandboxReady {
 		failure := nodeFailure(w.s.PodEvents(w.p))
-		if failure != nil && state == index.SandboxNotReady && !since.IsZero() && failure.Timestamp.Before(since) {
+		if failure != nil && state == index.SandboxNotReady && !since.IsZero() && failure.Timestamp.Truncate(time.Second).Before(since) {
 			failure = nil // before the sandbox was lost: an older incident
 		}
 		var claim *index.Claim
@@ -425,13 +426,13 @@ func (w *walker) walkPod(claims []index.PodClaim) {
 	if msg := cdiFailure(pod); msg != "" {
 		started.Reason = NodePrepareFailed
 		started.Evidence = []string{msg}
-		if failure := nodeFailure(w.s.PodEvents(w.p)); failure != nil && (since.IsZero() || !failure.Timestamp.Before(since)) {
+		if failure := nodeFailure(w.s.PodEvents(w.p)); failure != nil && (since.IsZero() || !failure.Timestamp.Truncate(time.Second).Before(since)) {
 			started.Evidence = append(started.Evidence, eventEvidence(failure))
 		}
 		w.fail(started, nil, "")
 		return
 	}
-	if failure := nodeFailure(w.s.PodEvents(w.p)); !w.p.Started() && !w.p.WaitsPastPrepare() && failure != nil && !since.IsZero() && failure.Timestamp.After(since) {
+	if failure := nodeFailure(w.s.PodEvents(w.p)); !w.p.Started() && !w.p.WaitsPastPrepare() && failure != nil && !since.IsZero() && failure.Timestamp.Truncate(time.Second).After(since) {
 		// The sandbox stands, but a later sync failed to prepare the
 		// devices again (a kubelet restart): no container can start.
 		started.Reason = NodePrepareFailed
@@ -441,6 +442,17 @@ func (w *walker) walkPod(claims []index.PodClaim) {
 			started.Claim = claim.Key.Name
 		}
 		w.fail(started, claim, started.Claim)
+		return
+	}
+	if !w.p.Started() && w.p.WaitsPastPrepare() {
+		// The devices are prepared; the workload's own definition stops
+		// it (an image that does not exist or cannot be pulled, a missing
+		// Secret or ConfigMap): the application's, however the pod is
+		// built (with or without init containers and sidecars).
+		started.Layer = LayerApplication
+		started.Reason = NotReady
+		started.Evidence = append([]string{fmt.Sprintf("pod phase %s; the devices are prepared, a container cannot start because of its image or configuration", pod.Status.Phase)}, waitingReasons(pod)...)
+		w.fail(started, nil, "")
 		return
 	}
 	if !w.p.Started() {
@@ -483,7 +495,7 @@ func cdiFailure(pod *corev1.Pod) string {
 		default:
 			continue
 		}
-		if index.IsNodePrepareFailure("Failed", wt.Message) {
+		if cdiMessage(wt.Message) {
 			return fmt.Sprintf("container %s waiting: %s: %s", cs.Name, wt.Reason, wt.Message)
 		}
 	}
@@ -578,4 +590,18 @@ func containerEvidence(what string, cs corev1.ContainerStatus) string {
 		s += fmt.Sprintf(", last exit %d (%s)", t.ExitCode, t.Reason)
 	}
 	return s
+}
+
+// cdiMessage reports whether a container's waiting message says its
+// devices could not be injected: the runtime's CDI and DRA wording, not any
+// "cdi" in a path or an image name.
+func cdiMessage(msg string) bool {
+	m := strings.ToLower(msg)
+	for _, token := range []string{"cdi device", "cdi spec", "unresolvable cdi", "inject cdi", "cdi injection",
+		"dynamic resource", "prepareresources", "resourceclaim"} {
+		if strings.Contains(m, token) {
+			return true
+		}
+	}
+	return false
 }

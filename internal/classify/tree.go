@@ -71,7 +71,7 @@ var reasonMeaning = map[Reason]string{
 	NodeNotReady:           "the pod is bound to a node whose Ready condition is False or Unknown (kubelet down, node unreachable)",
 	NodePrepareFailed:      "the pod is bound and the kubelet reported a DRA prepare failure",
 	NodePreparePending:     "the pod is bound and its containers have not started yet (devices being prepared, sandbox or image pending)",
-	NotReady:               "containers run, but the pod is not Ready (readiness failing)",
+	NotReady:               "containers run, but the pod is not Ready (readiness failing), or a container is stopped by its own image or configuration",
 }
 
 // Layer returns the layer that owns the reason.

@@ -313,22 +313,17 @@ const (
 )
 
 // SchedulingGates returns the gates that keep the pod from the scheduler
-// (spec.schedulingGates, or the PodScheduled=False SchedulingGated
-// condition the API server sets), nil when none.
+// (spec.schedulingGates), nil when none.
 func (p *Pod) SchedulingGates() []string {
 	if p.Obj.Spec.NodeName != "" {
 		return nil
 	}
+	// Only the spec counts: the API server sets PodScheduled=False
+	// SchedulingGated at creation and leaves it when the gates go, until
+	// the scheduler tries the pod.
 	var out []string
 	for _, g := range p.Obj.Spec.SchedulingGates {
 		out = append(out, g.Name)
-	}
-	if len(out) == 0 {
-		for _, c := range p.Obj.Status.Conditions {
-			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonSchedulingGated {
-				out = append(out, "(condition PodScheduled=False SchedulingGated)")
-			}
-		}
 	}
 	return out
 }
