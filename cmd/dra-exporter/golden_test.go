@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -123,18 +124,12 @@ func TestExplainAgreesWithMetric(t *testing.T) {
 		leaks := map[string]bool{}
 		if lf := families["dra_claim_reservation_leak"]; lf != nil {
 			for _, m := range lf.GetMetric() {
-				l := map[string]string{}
-				for _, lp := range m.GetLabel() {
-					l[lp.GetName()] = lp.GetValue()
-				}
+				l := labelMap(m)
 				leaks[l["namespace"]+"/"+l["pod"]+" "+l["namespace"]+"/"+l["claim"]+" "+l["reason"]] = true
 			}
 		}
 		for _, m := range mf.GetMetric() {
-			labels := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				labels[lp.GetName()] = lp.GetValue()
-			}
+			labels := labelMap(m)
 			var out, errOut bytes.Buffer
 			target := labels["namespace"] + "/" + labels["pod"]
 			if rc := run([]string{"explain", "--from", filepath.Join(dir, "objects.yaml"), "--now", goldenNow, target}, &out, &errOut); rc != 0 {
@@ -186,10 +181,7 @@ func TestExplainAgreesOnPodsNotBlocked(t *testing.T) {
 		}
 		blocked := map[string]bool{}
 		for _, m := range families["dra_pod_blocked"].GetMetric() {
-			l := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
+			l := labelMap(m)
 			blocked[l["namespace"]+"/"+l["pod"]] = true
 		}
 		ix, _, err := offline.Build([]string{filepath.Join(dir, "objects.yaml")}, objects.Trimmer{}, index.Config{})
@@ -242,4 +234,13 @@ func TestGoldenCoversTheTree(t *testing.T) {
 			t.Errorf("no scenario has a leak with reason %s", r)
 		}
 	}
+}
+
+// labelMap returns a series' labels by name.
+func labelMap(m *dto.Metric) map[string]string {
+	l := make(map[string]string, len(m.GetLabel()))
+	for _, lp := range m.GetLabel() {
+		l[lp.GetName()] = lp.GetValue()
+	}
+	return l
 }

@@ -47,6 +47,13 @@ func genClaim(requests ...resourceapi.DeviceRequest) *resourceapi.ResourceClaim 
 	return OwnedBy(Claim(claimName, "uid-claim", requests...), tmplPod(), "gpu")
 }
 
+// sandbox sets the pod's PodReadyToStartContainers condition.
+func sandbox(p *corev1.Pod, status corev1.ConditionStatus, at time.Time) *corev1.Pod {
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReadyToStartContainers,
+		Status: status, LastTransitionTime: metav1.NewTime(at)})
+	return p
+}
+
 func withSelectors(r resourceapi.DeviceRequest, exprs ...string) resourceapi.DeviceRequest {
 	r.Exactly = r.Exactly.DeepCopy()
 	r.Exactly.Selectors = CEL(exprs...)
@@ -428,11 +435,6 @@ func TestNodePrepareFailedEvidence(t *testing.T) {
 func TestPreparedButNotStarted(t *testing.T) {
 	gpu0 := Result("gpu", "node-1", "gpu-0")
 	reservedClaim := ReservedFor(Allocated(genClaim(), "node-1", T0, gpu0), statusPod())
-	sandboxReady := func(p *corev1.Pod, at time.Time) *corev1.Pod {
-		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReadyToStartContainers,
-			Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at)})
-		return p
-	}
 	waiting := func(p *corev1.Pod, reason string) *corev1.Pod {
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason}}}}
 		return p
@@ -452,9 +454,9 @@ func TestPreparedButNotStarted(t *testing.T) {
 			want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
 		{"image pull back-off after a transient prepare failure", waiting(Bound(statusPod(), "node-1"), "ImagePullBackOff"),
 			[]any{prepareFailed(T0.Add(-time.Minute))}, want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"}},
-		{"sandbox ready after an old prepare failure", sandboxReady(waiting(Bound(statusPod(), "node-1"), "ContainerCreating"), T0),
+		{"sandbox ready after an old prepare failure", sandbox(waiting(Bound(statusPod(), "node-1"), "ContainerCreating"), corev1.ConditionTrue, T0),
 			[]any{prepareFailed(T0.Add(-10 * time.Minute))}, want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
-		{"prepare failure after the sandbox was ready", sandboxReady(Bound(statusPod(), "node-1"), T0.Add(-10*time.Minute)),
+		{"prepare failure after the sandbox was ready", sandbox(Bound(statusPod(), "node-1"), corev1.ConditionTrue, T0.Add(-10*time.Minute)),
 			[]any{prepareFailed(T0)}, want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"}},
 		{"still creating", waiting(Bound(statusPod(), "node-1"), "ContainerCreating"), nil,
 			want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"}},
@@ -795,11 +797,6 @@ func TestCapacityPerNode(t *testing.T) {
 func TestLifecycleEdges(t *testing.T) {
 	gpu0 := Result("gpu", "node-1", "gpu-0")
 	reservedClaim := ReservedFor(Allocated(genClaim(), "node-1", T0, gpu0), statusPod())
-	sandbox := func(p *corev1.Pod, status corev1.ConditionStatus, at time.Time) *corev1.Pod {
-		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReadyToStartContainers,
-			Status: status, LastTransitionTime: metav1.NewTime(at)})
-		return p
-	}
 	containers := func(p *corev1.Pod, statuses ...corev1.ContainerStatus) *corev1.Pod {
 		p.Status.ContainerStatuses = statuses
 		return p
@@ -916,27 +913,22 @@ func TestVerdictDeviceOnThePodsNode(t *testing.T) {
 func TestContainerErrorsAndOrdering(t *testing.T) {
 	gpu0 := Result("gpu", "node-1", "gpu-0")
 	reservedClaim := ReservedFor(Allocated(genClaim(), "node-1", T0, gpu0), statusPod())
-	sandboxReady := func(p *corev1.Pod, at time.Time) *corev1.Pod {
-		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodReadyToStartContainers,
-			Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at)})
-		return p
-	}
 	waiting := func(reason, msg string) corev1.ContainerStatus {
 		return corev1.ContainerStatus{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}}
 	}
 	t.Run("a path containing cdi is not a CDI failure", func(t *testing.T) {
-		p := sandboxReady(Bound(statusPod(), "node-1"), T0.Add(-time.Hour))
+		p := sandbox(Bound(statusPod(), "node-1"), corev1.ConditionTrue, T0.Add(-time.Hour))
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("RunContainerError", `exec: "/opt/mcdis/run.sh": no such file or directory`)}
 		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim)...), want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"})
 	})
 	t.Run("an image error with a completed init container is the application's too", func(t *testing.T) {
-		p := sandboxReady(Bound(statusPod(), "node-1"), T0.Add(-time.Hour))
+		p := sandbox(Bound(statusPod(), "node-1"), corev1.ConditionTrue, T0.Add(-time.Hour))
 		p.Status.InitContainerStatuses = []corev1.ContainerStatus{{Name: "fetch-model", State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ImagePullBackOff", "Back-off pulling image")}
 		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim)...), want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"})
 	})
 	t.Run("an event in the same second as the sandbox transition is not newer", func(t *testing.T) {
-		p := sandboxReady(Bound(statusPod(), "node-1"), T0)
+		p := sandbox(Bound(statusPod(), "node-1"), corev1.ConditionTrue, T0)
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("ContainerCreating", "")}
 		ev := &eventsv1.Event{
 			ObjectMeta: metav1.ObjectMeta{Namespace: NS, Name: "ev"},

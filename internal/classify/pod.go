@@ -391,60 +391,48 @@ func (w *walker) walkPod(claims []index.PodClaim) {
 		return
 	}
 
+	failure := nodeFailure(w.s.PodEvents(w.p))
 	prepared := Link{Step: "node prepared the devices", Layer: LayerNode}
 	state, since := w.p.Sandbox()
 	if state != index.SandboxReady {
-		failure := nodeFailure(w.s.PodEvents(w.p))
-		if failure != nil && state == index.SandboxNotReady && !since.IsZero() && failure.Timestamp.Truncate(time.Second).Before(since) {
+		if failure != nil && state == index.SandboxNotReady && !since.IsZero() && eventSecond(failure).Before(since) {
 			failure = nil // before the sandbox was lost: an older incident
 		}
-		var claim *index.Claim
-		switch {
-		case failure != nil:
-			prepared.Reason = NodePrepareFailed
-			prepared.Evidence = []string{eventEvidence(failure)}
-			if claim = w.failedClaim(failure); claim != nil {
-				prepared.Claim = claim.Key.Name
-			}
-		default:
-			prepared.Reason = NodePreparePending
-			prepared.Evidence = []string{fmt.Sprintf("pod phase %s; the pod sandbox is not ready, so the devices are not (or no longer) prepared", pod.Status.Phase)}
+		if failure != nil {
+			w.failOnEvent(prepared, failure, append(sandboxEvidence(pod), waitingReasons(pod)...)...)
+			return
 		}
+		prepared.Reason = NodePreparePending
+		prepared.Evidence = []string{fmt.Sprintf("pod phase %s; the pod sandbox is not ready, so the devices are not (or no longer) prepared", pod.Status.Phase)}
 		prepared.Evidence = append(prepared.Evidence, sandboxEvidence(pod)...)
 		prepared.Evidence = append(prepared.Evidence, waitingReasons(pod)...)
-		w.fail(prepared, claim, prepared.Claim)
+		w.fail(prepared, nil, "")
 		return
 	}
 	prepared.State = Pass
 	prepared.Evidence = []string{"the pod sandbox is ready (or a container has run), so NodePrepareResources succeeded"}
 	w.add(prepared)
 
-	// CDI injection happens when each container is created: a container
-	// whose creation failed on its devices is a node failure even when
-	// others (sidecars, init containers) have run.
 	started := Link{Step: "containers started", Layer: LayerNode}
-	if msg := cdiFailure(pod); msg != "" {
+	running, waitsPast := w.p.Started(), w.p.WaitsPastPrepare()
+	switch msg := cdiFailure(pod); {
+	case msg != "":
+		// CDI injection happens when each container is created: a
+		// container whose creation failed on its devices is a node
+		// failure even when others (sidecars, init containers) have run.
 		started.Reason = NodePrepareFailed
 		started.Evidence = []string{msg}
-		if failure := nodeFailure(w.s.PodEvents(w.p)); failure != nil && (since.IsZero() || !failure.Timestamp.Truncate(time.Second).Before(since)) {
+		if failure != nil && (since.IsZero() || !eventSecond(failure).Before(since)) {
 			started.Evidence = append(started.Evidence, eventEvidence(failure))
 		}
 		w.fail(started, nil, "")
 		return
-	}
-	if failure := nodeFailure(w.s.PodEvents(w.p)); !w.p.Started() && !w.p.WaitsPastPrepare() && failure != nil && !since.IsZero() && failure.Timestamp.Truncate(time.Second).After(since) {
+	case !running && !waitsPast && failure != nil && !since.IsZero() && eventSecond(failure).After(since):
 		// The sandbox stands, but a later sync failed to prepare the
 		// devices again (a kubelet restart): no container can start.
-		started.Reason = NodePrepareFailed
-		started.Evidence = []string{eventEvidence(failure)}
-		claim := w.failedClaim(failure)
-		if claim != nil {
-			started.Claim = claim.Key.Name
-		}
-		w.fail(started, claim, started.Claim)
+		w.failOnEvent(started, failure)
 		return
-	}
-	if !w.p.Started() && w.p.WaitsPastPrepare() {
+	case !running && waitsPast:
 		// The devices are prepared; the workload's own definition stops
 		// it (an image that does not exist or cannot be pulled, a missing
 		// Secret or ConfigMap): the application's, however the pod is
@@ -454,8 +442,7 @@ func (w *walker) walkPod(claims []index.PodClaim) {
 		started.Evidence = append([]string{fmt.Sprintf("pod phase %s; the devices are prepared, a container cannot start because of its image or configuration", pod.Status.Phase)}, waitingReasons(pod)...)
 		w.fail(started, nil, "")
 		return
-	}
-	if !w.p.Started() {
+	case !running:
 		started.Reason = NodePreparePending
 		started.Evidence = append([]string{fmt.Sprintf("pod phase %s; the devices are prepared, no container has started yet", pod.Status.Phase)}, waitingReasons(pod)...)
 		w.fail(started, nil, "")
@@ -514,6 +501,22 @@ func sandboxEvidence(pod *corev1.Pod) []string {
 	}
 	return nil
 }
+
+// failOnEvent fails the link with node_prepare_failed on the kubelet's
+// event, naming the claim the event names.
+func (w *walker) failOnEvent(l Link, e *index.Event, evidence ...string) {
+	l.Reason = NodePrepareFailed
+	l.Evidence = append([]string{eventEvidence(e)}, evidence...)
+	claim := w.failedClaim(e)
+	if claim != nil {
+		l.Claim = claim.Key.Name
+	}
+	w.fail(l, claim, l.Claim)
+}
+
+// eventSecond is the event's time in whole seconds, the precision of the
+// pod conditions it is compared with.
+func eventSecond(e *index.Event) time.Time { return e.Timestamp.Truncate(time.Second) }
 
 // failedClaim returns the pod's claim a node failure event names (nil when
 // it names none).
