@@ -17,6 +17,7 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/kube"
 	"github.com/dra-exporter/dra-exporter/internal/offline"
+	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
 func explain(args []string, stdout, stderr io.Writer) int {
@@ -173,12 +174,12 @@ func readCluster(ctx context.Context, kubeconfig, ns, name string, cfg config, n
 func hasExtendedRequests(p *corev1.Pod) bool {
 	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
 		for n := range c.Resources.Requests {
-			if index.IsExtendedResource(string(n)) {
+			if vocab.IsExtendedResource(string(n)) {
 				return true
 			}
 		}
 		for n := range c.Resources.Limits {
-			if index.IsExtendedResource(string(n)) {
+			if vocab.IsExtendedResource(string(n)) {
 				return true
 			}
 		}

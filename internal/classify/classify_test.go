@@ -2,11 +2,12 @@ package classify_test
 
 import (
 	"bytes"
-	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
 const (
@@ -139,7 +141,7 @@ func TestEveryReason(t *testing.T) {
 		want want
 	}{
 		{"claim_not_created", podName, world(tmplPod(),
-			Event("ev", tmplPod(), index.ReasonFailedResourceClaimCreation, "template llm-gpu not found", T0)),
+			Event("ev", tmplPod(), vocab.FailedResourceClaimCreation, "template llm-gpu not found", T0)),
 			want{classify.ClaimNotCreated, classify.LayerController, "", "", ""}},
 		{"claim_not_found", podName, world(WithNamedClaim(Pod(podName, podUID), "gpu", "shared-gpu")),
 			want{classify.ClaimNotFound, classify.LayerController, "shared-gpu", "", ""}},
@@ -157,7 +159,7 @@ func TestEveryReason(t *testing.T) {
 		{"not_reserved", podName, world(statusPod(), ReservedFor(allocatedClaim, Pod("notebook-a", "uid-a"))),
 			want{classify.NotReserved, classify.LayerScheduler, claimName, "node-1", "gpu-0"}},
 		{"node_prepare_failed", podName, world(boundPod, reservedClaim,
-			Event("prep", boundPod, index.ReasonFailedPrepareDynamicResources, "NodePrepareResources: driver gpu.nvidia.com: timeout", T0)),
+			Event("prep", boundPod, vocab.FailedPrepareDynamicResources, "NodePrepareResources: driver gpu.nvidia.com: timeout", T0)),
 			want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"}},
 		{"node_not_ready", podName, world(Running(boundPod), reservedClaim, NotReadyNode("node-1")),
 			want{classify.NodeNotReady, classify.LayerNode, claimName, "node-1", "gpu-0"}},
@@ -222,7 +224,7 @@ func TestReasonLayersAndMeanings(t *testing.T) {
 
 func TestClaimNotCreatedEvidence(t *testing.T) {
 	v := verdictOf(t, podName, world(tmplPod(),
-		Event("ev", tmplPod(), index.ReasonFailedResourceClaimCreation, "admission webhook denied the claim", T0))...)
+		Event("ev", tmplPod(), vocab.FailedResourceClaimCreation, "admission webhook denied the claim", T0))...)
 	text := strings.Join(v.Links[0].Evidence, "\n")
 	if !strings.Contains(text, "admission webhook denied the claim") || !strings.Contains(text, "llm-gpu") {
 		t.Errorf("evidence does not carry the event and template:\n%s", text)
@@ -400,11 +402,11 @@ func TestNodePrepareFailedEvidence(t *testing.T) {
 		event *corev1.Event
 		want  classify.Reason
 	}{
-		{"FailedPrepareDynamicResources", Event("e", boundPod, index.ReasonFailedPrepareDynamicResources, "prepare failed", T0), classify.NodePrepareFailed},
+		{"FailedPrepareDynamicResources", Event("e", boundPod, vocab.FailedPrepareDynamicResources, "prepare failed", T0), classify.NodePrepareFailed},
 		{"sandbox failure naming CDI", Event("e", boundPod, "FailedCreatePodSandBox",
 			"failed to create containerd task: failed to inject CDI devices: unresolvable CDI devices gpu.nvidia.com/gpu=uuid", T0), classify.NodePrepareFailed},
 		{"sandbox failure about the network", Event("e", boundPod, "FailedCreatePodSandBox", "failed to setup network", T0), classify.NodePreparePending},
-		{"failure of the previous pod of that name", Event("e", Pod(podName, "uid-previous"), index.ReasonFailedPrepareDynamicResources, "old", T0), classify.NodePreparePending},
+		{"failure of the previous pod of that name", Event("e", Pod(podName, "uid-previous"), vocab.FailedPrepareDynamicResources, "old", T0), classify.NodePreparePending},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -440,7 +442,7 @@ func TestPreparedButNotStarted(t *testing.T) {
 		return p
 	}
 	prepareFailed := func(at time.Time) *corev1.Event {
-		return Event("e", statusPod(), index.ReasonFailedPrepareDynamicResources, "NodePrepareResources failed for ResourceClaim "+claimName, at)
+		return Event("e", statusPod(), vocab.FailedPrepareDynamicResources, "NodePrepareResources failed for ResourceClaim "+claimName, at)
 	}
 	tests := []struct {
 		name string
@@ -476,7 +478,7 @@ func TestNodePrepareFailedNamesTheClaim(t *testing.T) {
 	gpuClaim := ReservedFor(Allocated(genClaim(), "node-1", T0, Result("gpu", "node-1", "gpu-0")), p)
 	channel := ReservedFor(Allocated(Claim("llm-0-channel", "uid-channel", Request("channel", GPUClassName)), "node-1", T0,
 		Result("channel", "node-1", "gpu-1")), p)
-	ev := Event("e", p, index.ReasonFailedPrepareDynamicResources,
+	ev := Event("e", p, vocab.FailedPrepareDynamicResources,
 		"Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim llm-0-channel: compute domain not ready", T0)
 	v := verdictOf(t, podName, world(p, gpuClaim, channel, ev)...)
 	checkVerdict(t, v, want{classify.NodePrepareFailed, classify.LayerNode, "llm-0-channel", "node-1", "gpu-1"})
@@ -807,7 +809,7 @@ func TestLifecycleEdges(t *testing.T) {
 		Message: "failed to inject CDI devices: unresolvable CDI devices gpu.nvidia.com/gpu=GPU-0"}}}
 	sidecar := corev1.ContainerStatus{Name: "proxy", Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
 	notRegistered := func(at time.Time) *corev1.Event {
-		return Event("e", statusPod(), index.ReasonFailedPrepareDynamicResources, "DRA driver gpu.nvidia.com is not registered", at)
+		return Event("e", statusPod(), vocab.FailedPrepareDynamicResources, "DRA driver gpu.nvidia.com is not registered", at)
 	}
 
 	t.Run("after a reboot the kubelet prepares the devices again; its failure is the node's", func(t *testing.T) {
@@ -918,8 +920,44 @@ func TestContainerErrorsAndOrdering(t *testing.T) {
 	}
 	t.Run("a path containing cdi is not a CDI failure", func(t *testing.T) {
 		p := sandbox(Bound(statusPod(), "node-1"), corev1.ConditionTrue, T0.Add(-time.Hour))
-		p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("RunContainerError", `exec: "/opt/mcdis/run.sh": no such file or directory`)}
-		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim)...), want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"})
+		msg := `failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create failed: unable to start container process: exec: "/opt/mcdis/run.sh": stat /opt/mcdis/run.sh: no such file or directory: unknown`
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("RunContainerError", msg)}
+		// The kubelet reports the same failure as a Failed event.
+		ev := Event("failed", p, vocab.Failed, "Error: "+msg, T0)
+		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim, ev)...), want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"})
+	})
+	t.Run("a CDI failure with the kubelet's Failed event", func(t *testing.T) {
+		p := sandbox(Bound(statusPod(), "node-1"), corev1.ConditionTrue, T0.Add(-time.Hour))
+		msg := "failed to create containerd task: CDI device injection failed: unresolvable CDI devices gpu.nvidia.com/gpu=GPU-0"
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("RunContainerError", msg)}
+		ev := Event("failed", p, vocab.Failed, "Error: "+msg, T0)
+		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim, ev)...), want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"})
+	})
+	t.Run("a container restarting after a CDI failure is the node's", func(t *testing.T) {
+		p := sandbox(Bound(statusPod(), "node-1"), corev1.ConditionTrue, T0.Add(-time.Hour))
+		msg := "failed to create containerd task: CDI device injection failed: unresolvable CDI devices gpu.nvidia.com/gpu=GPU-0"
+		p.Status.Phase = corev1.PodRunning
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", RestartCount: 4,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 1m20s restarting failed container=main"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "StartError", ExitCode: 128, Message: msg}}}}
+		backoff := Event("backoff", p, "BackOff", "Back-off restarting failed container main in pod "+podName, T0)
+		v := verdictOf(t, podName, world(p, reservedClaim, backoff)...)
+		checkVerdict(t, v, want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"})
+		var evidence []string
+		for _, l := range v.Links {
+			evidence = append(evidence, l.Evidence...)
+		}
+		if s := strings.Join(evidence, "\n"); !strings.Contains(s, "last termination: StartError") {
+			t.Errorf("the last termination is not in the evidence:\n%s", s)
+		}
+	})
+	t.Run("a container restarting after its own crash is the application's", func(t *testing.T) {
+		p := sandbox(Bound(statusPod(), "node-1"), corev1.ConditionTrue, T0.Add(-time.Hour))
+		p.Status.Phase = corev1.PodRunning
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", RestartCount: 4,
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1, Message: "torch.cuda.OutOfMemoryError: CUDA out of memory"}}}}
+		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim)...), want{classify.NotReady, classify.LayerApplication, claimName, "node-1", "gpu-0"})
 	})
 	t.Run("an image error with a completed init container is the application's too", func(t *testing.T) {
 		p := sandbox(Bound(statusPod(), "node-1"), corev1.ConditionTrue, T0.Add(-time.Hour))
@@ -933,7 +971,7 @@ func TestContainerErrorsAndOrdering(t *testing.T) {
 		ev := &eventsv1.Event{
 			ObjectMeta: metav1.ObjectMeta{Namespace: NS, Name: "ev"},
 			Regarding:  corev1.ObjectReference{Kind: "Pod", Namespace: NS, Name: podName, UID: podUID},
-			Type:       corev1.EventTypeWarning, Reason: index.ReasonFailedPrepareDynamicResources, Note: "transient",
+			Type:       corev1.EventTypeWarning, Reason: vocab.FailedPrepareDynamicResources, Note: "transient",
 			EventTime: metav1.NewMicroTime(T0.Add(300 * time.Millisecond)),
 		}
 		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim, ev)...), want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"})

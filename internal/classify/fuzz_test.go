@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
@@ -13,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -26,6 +27,7 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/offline"
+	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
 // fuzzBytes reads choices from the fuzz input; past its end every choice
@@ -252,9 +254,9 @@ func genWorld(g *fuzzBytes) *fuzzWorld {
 
 	// Events.
 	reasons := []struct{ reason, message string }{
-		{index.ReasonFailedScheduling, "0/3 nodes are available: cannot allocate all claims"},
-		{index.ReasonFailedPrepareDynamicResources, "NodePrepareResources failed"},
-		{index.ReasonFailedResourceClaimCreation, "template not found"},
+		{vocab.FailedScheduling, "0/3 nodes are available: cannot allocate all claims"},
+		{vocab.FailedPrepareDynamicResources, "NodePrepareResources failed"},
+		{vocab.FailedResourceClaimCreation, "template not found"},
 		{"FailedCreatePodSandBox", "failed to inject CDI devices"},
 		{"BackOff", "Back-off restarting failed container"},
 	}

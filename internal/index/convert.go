@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
 func newClaim(obj *resourceapi.ResourceClaim) *Claim {
@@ -107,7 +109,7 @@ func extendedRequests(obj *corev1.Pod) map[string]int64 {
 	}}
 	var out map[string]int64
 	for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{ExcludeOverhead: true, SkipPodLevelResources: true}) {
-		if !IsExtendedResource(string(name)) || q.IsZero() {
+		if !vocab.IsExtendedResource(string(name)) || q.IsZero() {
 			continue
 		}
 		if out == nil {
@@ -159,19 +161,6 @@ func containerRequests(c corev1.Container) corev1.ResourceList {
 	return out
 }
 
-// IsExtendedResource reports whether a resource name is an extended resource
-// (a domain-qualified name outside kubernetes.io, or the implicit DeviceClass
-// name).
-func IsExtendedResource(name string) bool {
-	if strings.HasPrefix(name, resourceapi.ResourceDeviceClassPrefix) {
-		return true
-	}
-	if !strings.Contains(name, "/") || strings.HasPrefix(name, "requests.") {
-		return false
-	}
-	return !strings.Contains(name, "kubernetes.io/")
-}
-
 func newNode(obj *corev1.Node) *Node {
 	n := &Node{Name: obj.Name}
 	if obj.Spec.Unschedulable {
@@ -194,7 +183,7 @@ func newNode(obj *corev1.Node) *Node {
 func extendedAmounts(list corev1.ResourceList) map[string]int64 {
 	var out map[string]int64
 	for name, q := range list {
-		if IsExtendedResource(string(name)) {
+		if vocab.IsExtendedResource(string(name)) {
 			if out == nil {
 				out = map[string]int64{}
 			}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/dra-exporter/dra-exporter/internal/celmatch"
+	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
 // Config configures an Index.
@@ -262,7 +263,7 @@ func (ix *Index) deletePod(k Key, now time.Time) {
 }
 
 func (ix *Index) upsertEvent(e *Event) {
-	if !e.AboutPodWarning || !RelevantEvent(e.Reason, e.Message) {
+	if !e.AboutPodWarning || !vocab.RelevantEvent(e.Reason, e.Message) {
 		delete(ix.events, e.Key)
 		return
 	}

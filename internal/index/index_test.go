@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
 func gpus(names ...string) []resourceapi.Device {
@@ -581,12 +582,14 @@ func TestEventsRelevance(t *testing.T) {
 		reason, message string
 		kept            bool
 	}{
-		{index.ReasonFailedScheduling, "0/3 nodes are available: cannot allocate all claims", true},
-		{index.ReasonFailedResourceClaimCreation, "webhook denied", true},
-		{index.ReasonFailedPrepareDynamicResources, "NodePrepareResources failed", true},
+		{vocab.FailedScheduling, "0/3 nodes are available: cannot allocate all claims", true},
+		{vocab.FailedResourceClaimCreation, "webhook denied", true},
+		{vocab.FailedPrepareDynamicResources, "NodePrepareResources failed", true},
 		{"FailedCreatePodSandBox", "failed to inject CDI devices: unresolvable CDI devices nvidia.com/gpu=gpu-0", true},
 		{"Failed", "Error: failed to prepare dynamic resources: rpc error", true},
+		{"Failed", "Error: failed to create containerd task: CDI device injection failed: unresolvable CDI devices gpu.nvidia.com/gpu=GPU-0", true},
 		{"FailedCreatePodSandBox", "failed to setup network for sandbox", false},
+		{"Failed", `Error: failed to create containerd task: exec: "/opt/mcdis/run.sh": stat /opt/mcdis/run.sh: no such file or directory`, false},
 		{"BackOff", "Back-off restarting failed container", false},
 		{"Unhealthy", "Readiness probe failed: HTTP 503 (cdi mentioned, but not a sandbox failure)", false},
 	}
@@ -597,30 +600,30 @@ func TestEventsRelevance(t *testing.T) {
 			if got := len(s.Events()) == 1; got != tt.kept {
 				t.Errorf("kept = %v, want %v", got, tt.kept)
 			}
-			if got := index.RelevantEvent(tt.reason, tt.message); got != tt.kept {
+			if got := vocab.RelevantEvent(tt.reason, tt.message); got != tt.kept {
 				t.Errorf("RelevantEvent = %v, want %v", got, tt.kept)
 			}
 		})
 	}
 
 	t.Run("an event updated to an irrelevant reason is dropped", func(t *testing.T) {
-		ix := Build(t, index.Config{}, p, Event("ev", p, index.ReasonFailedScheduling, "x", T0))
+		ix := Build(t, index.Config{}, p, Event("ev", p, vocab.FailedScheduling, "x", T0))
 		Upsert(t, ix, Event("ev", p, "BackOff", "x", T0), true)
 		if n := len(ix.Snapshot().Events()); n != 0 {
 			t.Errorf("%d events kept, want 0", n)
 		}
 	})
 	t.Run("Normal events and events about other objects are dropped, as the informer's field selector drops them", func(t *testing.T) {
-		normal := Event("normal", p, index.ReasonFailedScheduling, "x", T0)
+		normal := Event("normal", p, vocab.FailedScheduling, "x", T0)
 		normal.Type = corev1.EventTypeNormal
-		onNode := Event("on-node", p, index.ReasonFailedPrepareDynamicResources, "x", T0)
+		onNode := Event("on-node", p, vocab.FailedPrepareDynamicResources, "x", T0)
 		onNode.InvolvedObject.Kind = "Node"
 		v1Normal := &eventsv1.Event{
 			ObjectMeta: metav1.ObjectMeta{Namespace: NS, Name: "v1-normal"},
 			Regarding:  corev1.ObjectReference{Kind: "Pod", Namespace: NS, Name: p.Name, UID: p.UID},
-			Type:       corev1.EventTypeNormal, Reason: index.ReasonFailedScheduling, Note: "x",
+			Type:       corev1.EventTypeNormal, Reason: vocab.FailedScheduling, Note: "x",
 		}
-		ix := Build(t, index.Config{}, p, normal, onNode, v1Normal, Event("kept", p, index.ReasonFailedScheduling, "x", T0))
+		ix := Build(t, index.Config{}, p, normal, onNode, v1Normal, Event("kept", p, vocab.FailedScheduling, "x", T0))
 		var got []string
 		for _, e := range ix.Snapshot().Events() {
 			got = append(got, e.Key.Name)
@@ -630,7 +633,7 @@ func TestEventsRelevance(t *testing.T) {
 		}
 	})
 	t.Run("delete", func(t *testing.T) {
-		e := Event("ev", p, index.ReasonFailedScheduling, "x", T0)
+		e := Event("ev", p, vocab.FailedScheduling, "x", T0)
 		ix := Build(t, index.Config{}, p, e)
 		Del(t, ix, cache.DeletedFinalStateUnknown{Key: "prod/ev", Obj: e})
 		if n := len(ix.Snapshot().Events()); n != 0 {
@@ -643,24 +646,24 @@ func TestPodEvents(t *testing.T) {
 	p := WithTemplateClaim(Pod("llm-0", "uid-new"), "gpu", "tmpl")
 	other := WithTemplateClaim(Pod("llm-0", "uid-old"), "gpu", "tmpl") // a previous pod of the same name
 	third := WithTemplateClaim(Pod("llm-1", "uid-1"), "gpu", "tmpl")
-	noUID := Event("no-uid", p, index.ReasonFailedScheduling, "no uid", T0.Add(-3*time.Minute))
+	noUID := Event("no-uid", p, vocab.FailedScheduling, "no uid", T0.Add(-3*time.Minute))
 	noUID.InvolvedObject.UID = ""
 	v1 := &eventsv1.Event{
 		ObjectMeta:          metav1.ObjectMeta{Namespace: NS, Name: "v1-event"},
 		Regarding:           corev1.ObjectReference{Kind: "Pod", Namespace: NS, Name: "llm-0", UID: "uid-new"},
 		Type:                corev1.EventTypeWarning,
-		Reason:              index.ReasonFailedScheduling,
+		Reason:              vocab.FailedScheduling,
 		Note:                "cannot allocate all claims",
 		ReportingController: "default-scheduler",
 		Series:              &eventsv1.EventSeries{Count: 7, LastObservedTime: metav1.NewMicroTime(T0.Add(-1 * time.Minute))},
 	}
 	objs := []any{p, third,
-		Event("oldest", p, index.ReasonFailedScheduling, "oldest", T0.Add(-10*time.Minute)),
-		Event("newest", p, index.ReasonFailedPrepareDynamicResources, "newest", T0),
-		Event("tie-b", p, index.ReasonFailedScheduling, "tie b", T0.Add(-5*time.Minute)),
-		Event("tie-a", p, index.ReasonFailedScheduling, "tie a", T0.Add(-5*time.Minute)),
-		Event("old-pod", other, index.ReasonFailedPrepareDynamicResources, "previous incarnation", T0.Add(time.Minute)),
-		Event("other-pod", third, index.ReasonFailedScheduling, "another pod", T0.Add(time.Minute)),
+		Event("oldest", p, vocab.FailedScheduling, "oldest", T0.Add(-10*time.Minute)),
+		Event("newest", p, vocab.FailedPrepareDynamicResources, "newest", T0),
+		Event("tie-b", p, vocab.FailedScheduling, "tie b", T0.Add(-5*time.Minute)),
+		Event("tie-a", p, vocab.FailedScheduling, "tie a", T0.Add(-5*time.Minute)),
+		Event("old-pod", other, vocab.FailedPrepareDynamicResources, "previous incarnation", T0.Add(time.Minute)),
+		Event("other-pod", third, vocab.FailedScheduling, "another pod", T0.Add(time.Minute)),
 		noUID, v1,
 	}
 	s := Build(t, index.Config{}, objs...).Snapshot()

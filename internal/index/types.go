@@ -15,6 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
 // Key names a namespaced object.
@@ -293,8 +295,7 @@ func (p *Pod) WaitsPastPrepare() bool {
 			if cs.State.Waiting == nil {
 				continue
 			}
-			switch cs.State.Waiting.Reason {
-			case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError":
+			if vocab.WaitsPastPrepare(cs.State.Waiting.Reason) {
 				return true
 			}
 		}

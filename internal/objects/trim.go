@@ -12,7 +12,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
 // Trimmer trims objects. PodLabels is the allowlist of pod label keys kept
@@ -46,7 +46,7 @@ func (t Trimmer) Trim(obj any) any {
 	case *corev1.Event:
 		return event(o)
 	case *eventsv1.Event:
-		if !index.RelevantEvent(o.Reason, o.Note) {
+		if !vocab.RelevantEvent(o.Reason, o.Note) {
 			return &eventsv1.Event{ObjectMeta: meta(o.ObjectMeta)}
 		}
 		e := o.DeepCopy()
@@ -116,7 +116,7 @@ func relevantPod(p *corev1.Pod) bool {
 		for _, c := range cs {
 			for _, rl := range []corev1.ResourceList{c.Resources.Requests, c.Resources.Limits} {
 				for name := range rl {
-					if index.IsExtendedResource(string(name)) {
+					if vocab.IsExtendedResource(string(name)) {
 						return true
 					}
 				}
@@ -142,7 +142,7 @@ func trimContainers(in []corev1.Container) []corev1.Container {
 func extendedOnly(in corev1.ResourceList) corev1.ResourceList {
 	var out corev1.ResourceList
 	for name, q := range in {
-		if index.IsExtendedResource(string(name)) {
+		if vocab.IsExtendedResource(string(name)) {
 			if out == nil {
 				out = corev1.ResourceList{}
 			}
@@ -230,7 +230,7 @@ func allocationWriteTime(fields []metav1.ManagedFieldsEntry) *metav1.Time {
 // event keeps DRA evidence; other Warning events about pods (probe
 // failures, back-offs) keep only their identity.
 func event(in *corev1.Event) *corev1.Event {
-	if !index.RelevantEvent(in.Reason, in.Message) {
+	if !vocab.RelevantEvent(in.Reason, in.Message) {
 		return &corev1.Event{ObjectMeta: meta(in.ObjectMeta)}
 	}
 	out := &corev1.Event{

@@ -1,0 +1,180 @@
+package classify
+
+// The links after allocation: the pod is bound, its node is ready, the
+// kubelet prepared the devices, containers started, the pod is Ready.
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/vocab"
+)
+
+// walkPod checks the links after allocation: binding, the node, device
+// preparation, containers, readiness.
+func (w *walker) walkPod() {
+	pod := w.p.Obj
+	if gates := w.p.SchedulingGates(); len(gates) > 0 {
+		w.add(gatedLink(gates))
+		return
+	}
+	if pod.Spec.NodeName == "" {
+		l := Link{Step: "pod bound to a node", Layer: LayerScheduler, State: Wait,
+			Evidence: []string{"every claim is allocated and reserved for the pod; binding is in progress (not a DRA failure)"}}
+		l.Evidence = append(l.Evidence, w.schedulingEvidence()...)
+		w.add(l)
+		return
+	}
+	w.add(Link{Step: "pod bound to a node", Layer: LayerScheduler, State: Pass, Evidence: []string{"spec.nodeName: " + pod.Spec.NodeName}})
+
+	if n := w.s.Node(pod.Spec.NodeName); n != nil && n.NotReady != "" && !w.p.Ready() {
+		w.fail(Link{Step: "node ready", Reason: NodeNotReady, Evidence: []string{
+			fmt.Sprintf("node %s: %s; its kubelet does not run or report the pod (the node lifecycle controller marks its pods not Ready)", n.Name, n.NotReady)}}, nil, "")
+		return
+	}
+
+	failure := nodeFailure(w.s.PodEvents(w.p))
+	prepared := Link{Step: "node prepared the devices", Layer: LayerNode}
+	state, since := w.p.Sandbox()
+	if state != index.SandboxReady {
+		if failure != nil && state == index.SandboxNotReady && !since.IsZero() && eventSecond(failure).Before(since) {
+			failure = nil // before the sandbox was lost: an older incident
+		}
+		if failure != nil {
+			w.failOnEvent(prepared, failure, append(sandboxEvidence(pod), waitingReasons(pod)...)...)
+			return
+		}
+		prepared.Reason = NodePreparePending
+		prepared.Evidence = []string{fmt.Sprintf("pod phase %s; the pod sandbox is not ready, so the devices are not (or no longer) prepared", pod.Status.Phase)}
+		prepared.Evidence = append(prepared.Evidence, sandboxEvidence(pod)...)
+		prepared.Evidence = append(prepared.Evidence, waitingReasons(pod)...)
+		w.fail(prepared, nil, "")
+		return
+	}
+	prepared.State = Pass
+	prepared.Evidence = []string{"the pod sandbox is ready (or a container has run), so NodePrepareResources succeeded"}
+	w.add(prepared)
+
+	started := Link{Step: "containers started", Layer: LayerNode}
+	running, waitsPast := w.p.Started(), w.p.WaitsPastPrepare()
+	switch msg := cdiFailure(pod); {
+	case msg != "":
+		// CDI injection happens when each container is created: a
+		// container whose creation failed on its devices is a node
+		// failure even when others (sidecars, init containers) have run.
+		started.Reason = NodePrepareFailed
+		started.Evidence = []string{msg}
+		if failure != nil && (since.IsZero() || !eventSecond(failure).Before(since)) {
+			started.Evidence = append(started.Evidence, eventEvidence(failure))
+		}
+		w.fail(started, nil, "")
+		return
+	case !running && !waitsPast && failure != nil && !since.IsZero() && eventSecond(failure).After(since):
+		// The sandbox stands, but a later sync failed to prepare the
+		// devices again (a kubelet restart): no container can start.
+		w.failOnEvent(started, failure)
+		return
+	case !running && waitsPast:
+		// The devices are prepared; the workload's own definition stops
+		// it (an image that does not exist or cannot be pulled, a missing
+		// Secret or ConfigMap): the application's, however the pod is
+		// built (with or without init containers and sidecars).
+		started.Layer = LayerApplication
+		started.Reason = NotReady
+		started.Evidence = append([]string{fmt.Sprintf("pod phase %s; the devices are prepared, a container cannot start because of its image or configuration", pod.Status.Phase)}, waitingReasons(pod)...)
+		w.fail(started, nil, "")
+		return
+	case !running:
+		started.Reason = NodePreparePending
+		started.Evidence = append([]string{fmt.Sprintf("pod phase %s; the devices are prepared, no container has started yet", pod.Status.Phase)}, waitingReasons(pod)...)
+		w.fail(started, nil, "")
+		return
+	}
+	started.State = Pass
+	started.Evidence = []string{"a container has started"}
+	w.add(started)
+
+	ready := Link{Step: "pod ready", Layer: LayerApplication}
+	if !w.p.Ready() {
+		ready.Reason = NotReady
+		ready.Evidence = readinessEvidence(pod)
+		w.fail(ready, nil, "")
+		return
+	}
+	ready.State = Pass
+	ready.Evidence = []string{"condition Ready=True"}
+	w.add(ready)
+}
+
+func gatedLink(gates []string) Link {
+	return Link{Step: "pod released to the scheduler", Layer: LayerScheduler, State: Wait, Evidence: []string{
+		"scheduling gates " + strings.Join(gates, ", ") + " hold the pod: the scheduler does not see it until whoever owns the gates (a queue such as Kueue) removes them; not a DRA failure"}}
+}
+
+// cdiFailure returns the first container whose creation failed on its
+// devices (CDI injection, DRA), as evidence; "" when none. A container the
+// kubelet restarts after such a failure waits in CrashLoopBackOff, and its
+// last termination (StartError) carries the runtime's message.
+func cdiFailure(pod *corev1.Pod) string {
+	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		wt := cs.State.Waiting
+		if wt == nil {
+			continue
+		}
+		if vocab.ContainerCreateFailed(wt.Reason) && vocab.DeviceInjectionFailure(wt.Message) {
+			return fmt.Sprintf("container %s waiting: %s: %s", cs.Name, wt.Reason, wt.Message)
+		}
+		if t := cs.LastTerminationState.Terminated; wt.Reason == vocab.CrashLoopBackOff && t != nil &&
+			vocab.ContainerCreateFailed(t.Reason) && vocab.DeviceInjectionFailure(t.Message) {
+			return fmt.Sprintf("container %s waiting: %s, %d restarts; last termination: %s: %s", cs.Name, wt.Reason, cs.RestartCount, t.Reason, t.Message)
+		}
+	}
+	return ""
+}
+
+// failOnEvent fails the link with node_prepare_failed on the kubelet's
+// event, naming the claim the event names.
+func (w *walker) failOnEvent(l Link, e *index.Event, evidence ...string) {
+	l.Reason = NodePrepareFailed
+	l.Evidence = append([]string{eventEvidence(e)}, evidence...)
+	claim := w.failedClaim(e)
+	if claim != nil {
+		l.Claim = claim.Key.Name
+	}
+	w.fail(l, claim, l.Claim)
+}
+
+// eventSecond is the event's time in whole seconds, the precision of the
+// pod conditions it is compared with.
+func eventSecond(e *index.Event) time.Time { return e.Timestamp.Truncate(time.Second) }
+
+// failedClaim returns the pod's claim a node failure event names (nil when
+// it names none).
+func (w *walker) failedClaim(e *index.Event) *index.Claim {
+	var best *index.Claim
+	for _, pc := range w.claims {
+		if pc.Claim == nil {
+			continue
+		}
+		// The longest name that appears wins: claim names may be prefixes
+		// of each other (llm-0-gpu, llm-0-gpu-mig).
+		if n := pc.Claim.Key.Name; strings.Contains(e.Message, n) && (best == nil || len(n) > len(best.Key.Name)) {
+			best = pc.Claim
+		}
+	}
+	return best
+}
+
+// nodeFailure returns the newest node-side DRA failure event.
+func nodeFailure(events []*index.Event) *index.Event {
+	for _, e := range events {
+		if vocab.NodePrepareFailure(e.Reason, e.Message) {
+			return e
+		}
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+// Package vocab holds the words of the Kubernetes components that the
+// exporter reads as evidence: the event reasons of the scheduler, the
+// resourceclaim controller and the kubelet, the kubelet's container waiting
+// reasons, the container runtime's wording for a failed CDI injection, and
+// what makes a resource name an extended resource.
+//
+// It is a leaf (it imports nothing of this module), so that the trimmer,
+// the index and the classifier read one list: wording tightened here is
+// tightened everywhere.
+package vocab
+
+import (
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+)
+
+// Event reasons.
+const (
+	// FailedScheduling is the scheduler's: the pod did not fit (for DRA,
+	// "cannot allocate all claims").
+	FailedScheduling = "FailedScheduling"
+	// FailedResourceClaimCreation is the resourceclaim controller's: a
+	// template claim could not be generated.
+	FailedResourceClaimCreation = "FailedResourceClaimCreation"
+	// FailedPrepareDynamicResources is the kubelet's: NodePrepareResources
+	// of a DRA driver failed.
+	FailedPrepareDynamicResources = "FailedPrepareDynamicResources"
+	// FailedCreatePodSandBox is the kubelet's when the runtime could not
+	// create the pod sandbox.
+	FailedCreatePodSandBox = "FailedCreatePodSandBox"
+	// Failed is the kubelet's when a container could not be created or
+	// started; it comes with the container's waiting reason
+	// (CreateContainerError, RunContainerError, StartError).
+	Failed = "Failed"
+)
+
+// deviceInjectionWording is how the container runtime and the kubelet word
+// a container or sandbox that could not get its devices: containerd's and
+// CRI-O's "CDI device injection failed", the CDI library's "unresolvable CDI
+// devices" and "failed to inject CDI devices", a broken CDI spec, and the
+// kubelet's own DRA wording. Never a bare "cdi": a path such as
+// /opt/mcdis/run.sh contains it.
+var deviceInjectionWording = []string{
+	"cdi device", "cdi spec", "unresolvable cdi", "inject cdi", "cdi injection",
+	"dynamic resource", "prepareresources", "resourceclaim",
+}
+
+// DeviceInjectionFailure reports whether a message (an event's, or a
+// container's waiting or terminated message) says that the devices could
+// not be injected into the container or sandbox.
+func DeviceInjectionFailure(message string) bool {
+	m := strings.ToLower(message)
+	for _, w := range deviceInjectionWording {
+		if strings.Contains(m, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// NodePrepareFailure reports whether an event says that the node failed to
+// prepare the pod's devices: the kubelet's FailedPrepareDynamicResources,
+// or a sandbox or container failure in the runtime's device wording.
+func NodePrepareFailure(reason, message string) bool {
+	switch reason {
+	case FailedPrepareDynamicResources:
+		return true
+	case FailedCreatePodSandBox, Failed:
+		return DeviceInjectionFailure(message)
+	}
+	return false
+}
+
+// RelevantEvent reports whether a Warning event about a pod is DRA
+// evidence: the scheduler's FailedScheduling, the resourceclaim
+// controller's FailedResourceClaimCreation, and node prepare failures.
+func RelevantEvent(reason, message string) bool {
+	switch reason {
+	case FailedScheduling, FailedResourceClaimCreation:
+		return true
+	}
+	return NodePrepareFailure(reason, message)
+}
+
+// ContainerCreateFailed reports whether a container waiting reason (or the
+// reason of its last termination) says the runtime could not create or
+// start the container: where a CDI injection failure shows.
+func ContainerCreateFailed(reason string) bool {
+	switch reason {
+	case "CreateContainerError", "RunContainerError", "StartError", "ContainerCannotRun":
+		return true
+	}
+	return false
+}
+
+// WaitsPastPrepare reports whether a container waiting reason comes only
+// after the kubelet prepared the pod's devices in its current sync: an image
+// pull, an invalid image, a missing ConfigMap or Secret.
+func WaitsPastPrepare(reason string) bool {
+	switch reason {
+	case "ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError":
+		return true
+	}
+	return false
+}
+
+// CrashLoopBackOff is the kubelet's waiting reason for a container it
+// restarts with back-off; the last termination says why it stopped.
+const CrashLoopBackOff = "CrashLoopBackOff"
+
+// IsExtendedResource reports whether a resource name is an extended resource
+// (a domain-qualified name outside kubernetes.io, or the implicit DeviceClass
+// name).
+func IsExtendedResource(name string) bool {
+	if strings.HasPrefix(name, resourceapi.ResourceDeviceClassPrefix) {
+		return true
+	}
+	if !strings.Contains(name, "/") || strings.HasPrefix(name, "requests.") {
+		return false
+	}
+	return !strings.Contains(name, "kubernetes.io/")
+}
