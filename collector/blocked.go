@@ -8,8 +8,9 @@ import (
 )
 
 var podBlocked = newDef("dra_pod_blocked", typeGauge,
-	"A DRA pod that is not Ready, with the first failing link of the decision tree (reason) and the layer that owns it: controller, scheduler, node or application. One series per pod; device_class is the class of the failing request (of the allocated device for node and application reasons), device the first device of the failing claim. 1 while blocked.",
-	"namespace", "pod", "pod_uid", "claim", "device_class", "node", "device", "layer", "reason")
+	"A DRA pod that is not Ready, with the first failing link of the decision tree and the layer that owns it.",
+	"namespace", "pod", "pod_uid", "claim", "device_class", "node", "device", "layer", "reason").
+	doc("One series per pod; device_class is the class of the failing request (of the allocated device for node and application reasons), device the first device of the failing claim. 1 while blocked.")
 
 type blockedCollector struct{}
 

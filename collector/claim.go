@@ -15,17 +15,21 @@ const (
 
 var (
 	claimInfo = newDef("dra_claim_info", typeGauge,
-		"A ResourceClaim. lane is dra, or dra-extended for a claim the scheduler made for an extended resource; pod and pod_uid name the pod the claim was generated for (empty for a claim created by name). Always 1.",
-		"namespace", "claim", "lane", "pod", "pod_uid")
+		"A ResourceClaim, with the lane it serves and the pod it was generated for.",
+		"namespace", "claim", "lane", "pod", "pod_uid").
+		doc("lane is dra, or dra-extended for a claim the scheduler made for an extended resource; pod and pod_uid name the pod the claim was generated for (empty for a claim created by name). Always 1.")
 	claimStatus = newDef("dra_claim_status", typeGauge,
-		"The claim's state, one-hot: unallocated, allocated (not reserved for any pod), or reserved (allocated and in use).",
-		"namespace", "claim", "state")
+		"The claim's state, one-hot: unallocated, allocated or reserved.",
+		"namespace", "claim", "state").
+		doc("allocated means allocated and reserved for no pod; reserved means allocated and in use.")
 	claimAllocation = newDef("dra_claim_allocation_info", typeGauge,
-		"One allocated device of a claim, joined to the ResourceSlice that publishes it (node, GPU UUID). Admin-access allocations (monitoring agents) are left out: they do not hold the device. Always 1.",
-		"namespace", "claim", "request", "device_class", "driver", "pool", "device", "node", "gpu_uuid")
+		"One allocated device of a claim, joined to the ResourceSlice device that publishes it.",
+		"namespace", "claim", "request", "device_class", "driver", "pool", "device", "node", "gpu_uuid").
+		doc("node and gpu_uuid come from the ResourceSlice. Admin-access allocations (monitoring agents) are left out: they do not hold the device. Always 1.")
 	claimReservedFor = newDef("dra_claim_reserved_for_info", typeGauge,
-		"A pod a claim is reserved for (status.reservedFor entries of resource pods; PodGroups and other consumers are left out). Always 1.",
-		"namespace", "claim", "pod", "pod_uid")
+		"A pod a claim is reserved for.",
+		"namespace", "claim", "pod", "pod_uid").
+		doc("One per status.reservedFor entry of resource pods; PodGroups and other consumers are left out. Always 1.")
 )
 
 type claimCollector struct{}

@@ -96,9 +96,10 @@ func NewDeviceCollector(attrs []AttributeLabel) Collector {
 	return &deviceCollector{
 		attrs: attrs,
 		info: newDef("dra_device_info", typeGauge,
-			"A device published in a ResourceSlice (newest pool generation), with allowlisted attributes as labels. Always 1.", labels...),
+			"A device published in a ResourceSlice, with allowlisted attributes as labels.", labels...).
+			doc("Only the newest generation of each pool is read. Always 1."),
 		memory: newDef("dra_device_memory_bytes", typeGauge,
-			"The device's memory capacity as published in its ResourceSlice, in bytes.", "driver", "pool", "node", "device"),
+			"The memory capacity a ResourceSlice publishes for the device, in bytes.", "driver", "pool", "node", "device"),
 	}
 }
 

@@ -8,11 +8,13 @@ import (
 
 var (
 	classDevices = newDef("dra_device_class_devices", typeGauge,
-		"Devices a DeviceClass selects (the scheduler's CEL over every published device), per node and state: total, allocated, or free (allocatable now; total minus allocated minus free are tainted, blocked by shared counters, or on a cordoned or NotReady node). A class that selects nothing reports total 0 with node \"\".",
-		"device_class", "node", "state")
+		"Devices a DeviceClass selects, per node and state (total, allocated, free).",
+		"device_class", "node", "state").
+		doc("Selection is the scheduler's CEL over every published device. free is allocatable now; total minus allocated minus free are tainted, blocked by shared counters, or on a cordoned or NotReady node. A class that selects nothing reports total 0 with node \"\".")
 	classSelectorErrors = newDef("dra_device_class_selector_errors", typeGauge,
-		"Devices on which the DeviceClass selectors failed to evaluate (CEL compile or runtime error); such devices cannot be allocated through the class.",
-		"device_class")
+		"Devices on which the DeviceClass selectors failed to evaluate.",
+		"device_class").
+		doc("A CEL compile or runtime error; such devices cannot be allocated through the class.")
 )
 
 type deviceClassCollector struct{}

@@ -7,8 +7,9 @@ import (
 )
 
 var laneDevices = newDef("dra_lane_devices", typeGauge,
-	"Device capacity of both lanes on one scale, per node and device class (classes may overlap: do not sum across them). lane=device-plugin counts the device-plugin resources (device_class is the class serving the same extended resource, else the resource name): total is node capacity (unhealthy devices included, never less than what pods hold), allocated the requests of bound pods, free allocatable minus allocated on nodes that are neither cordoned nor NotReady; lane=dra owns total and free of DRA devices and the devices allocated to any other claim; lane=dra-extended has only state=allocated: devices allocated to claims the scheduler made for extended-resource requests.",
-	"lane", "node", "device_class", "state")
+	"Device capacity of the device-plugin and DRA lanes on one scale, per node, device class and state.",
+	"lane", "node", "device_class", "state").
+	doc("Classes may overlap: do not sum across them. lane=device-plugin counts the device-plugin resources (device_class is the class serving the same extended resource, else the resource name): total is node capacity (unhealthy devices included, never less than what pods hold), allocated the requests of bound pods, free allocatable minus allocated on nodes that are neither cordoned nor NotReady; lane=dra owns total and free of DRA devices and the devices allocated to any other claim; lane=dra-extended has only state=allocated: devices allocated to claims the scheduler made for extended-resource requests.")
 
 type laneCollector struct{}
 

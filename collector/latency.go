@@ -12,14 +12,17 @@ var latencyBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 
 var (
 	allocationDuration = newDef("dra_claim_allocation_duration_seconds", typeHistogram,
-		"Time from a claim's creation to its allocation, observed live (never for claims that were allocated before the exporter started), in seconds.",
-		"device_class").live()
+		"Time from a claim's creation to its allocation, in seconds.",
+		"device_class").live().
+		doc("Observed live: never for claims that were allocated before the exporter started.")
 	releaseDuration = newDef("dra_claim_release_duration_seconds", typeHistogram,
-		"Time from the end of a pod (finished or deleted) to its claim letting go of it: stage unreserved (removed from status.reservedFor) or deallocated (allocation removed or claim deleted, timed from the end of its last pod), in seconds.",
-		"device_class", "stage").live()
+		"Time from the end of a pod to its claim releasing it, per stage, in seconds.",
+		"device_class", "stage").live().
+		doc("The end of a pod is its finish or deletion. stage unreserved: removed from status.reservedFor; deallocated: allocation removed or claim deleted, timed from the end of its last pod.")
 	podStartupDuration = newDef("dra_pod_startup_duration_seconds", typeHistogram,
-		"Time from a GPU pod's creation to each startup stage (claim_created, allocated, bound, started, ready), per lane, observed live, in seconds.",
-		"lane", "stage").live()
+		"Time from a GPU pod's creation to each startup stage, per lane, in seconds.",
+		"lane", "stage").live().
+		doc("Stages claim_created, allocated, bound, started, ready; observed live only.")
 )
 
 // Latency records lifecycle durations; it implements index.Observer and

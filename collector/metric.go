@@ -19,9 +19,12 @@ const (
 // Def describes one metric family: the single source for its descriptor
 // and for the generated metrics reference.
 type Def struct {
-	Name   string
-	Type   string
-	Help   string
+	Name string
+	Type string
+	// Help is the HELP line: one short sentence (tooltips show it).
+	Help string
+	// Doc is the longer guidance of the metrics reference, if any.
+	Doc    string
 	Labels []string
 	// Live marks families only a running exporter serves (latencies,
 	// self-metrics); the offline snapshot leaves them out.
@@ -32,6 +35,12 @@ type Def struct {
 
 func newDef(name, typ, help string, labels ...string) *Def {
 	return &Def{Name: name, Type: typ, Help: help, Labels: labels, desc: prometheus.NewDesc(name, help, labels, nil)}
+}
+
+// doc adds the guidance that the metrics reference prints after the HELP.
+func (d *Def) doc(text string) *Def {
+	d.Doc = text
+	return d
 }
 
 func (d *Def) live() *Def {

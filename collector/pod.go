@@ -7,8 +7,9 @@ import (
 )
 
 var podInfo = newDef("dra_pod_info", typeGauge,
-	"A pod that gets GPUs through a lane (dra, dra-extended or device-plugin), with the node it is bound to (empty while Pending). Finished pods are left out. Always 1.",
-	"namespace", "pod", "pod_uid", "node", "lane")
+	"A pod that gets GPUs through a lane, with the node it is bound to.",
+	"namespace", "pod", "pod_uid", "node", "lane").
+	doc("lane is dra, dra-extended or device-plugin; node is empty while Pending. Finished pods are left out. Always 1.")
 
 type podCollector struct {
 	labelKeys []string
@@ -32,7 +33,8 @@ func NewPodCollector(labelKeys []string) Collector {
 	}
 	if len(c.labelKeys) > 0 {
 		c.labels = newDef("dra_pod_labels", typeGauge,
-			"Allowlisted labels of GPU pods (flag --pod.labels-allowlist), as label_<key>. Always 1.", names...)
+			"Allowlisted labels of GPU pods, as label_<key>.", names...).
+			doc("Only the keys --pod.labels-allowlist names. Always 1.")
 	}
 	return c
 }

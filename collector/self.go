@@ -8,18 +8,21 @@ import (
 
 var (
 	informerSynced = newDef("dra_exporter_informer_synced", typeGauge,
-		"Whether the informer of a resource has completed its initial list (1) or not (0). Until then the exporter serves what it knows, and /readyz fails.",
-		"resource").live()
+		"Whether the informer of a resource has completed its initial list (1) or not (0).",
+		"resource").live().
+		doc("Until every informer has synced, /metrics carries only the exporter's own families (a partial index would read as leaks and empty classes) and /readyz fails.")
 	eventsTotal = newDef("dra_exporter_events_total", typeCounter,
 		"Watch events the exporter processed, per resource and type (add, update, delete).",
 		"resource", "type").live()
 	watchErrors = newDef("dra_exporter_watch_errors_total", typeCounter,
-		"Errors listing or watching a resource (API server unreachable, forbidden, resource not served). The exporter keeps serving its last known state.",
-		"resource").live()
+		"Errors listing or watching a resource.",
+		"resource").live().
+		doc("API server unreachable, forbidden, resource not served. The exporter keeps serving its last known state.")
 	apiServerUp = newDef("dra_exporter_apiserver_up", typeGauge,
-		"Whether the API server answered the exporter's last /readyz probe (1) or not (0). While it is 0 the exporter serves its last known state.").live()
+		"Whether the API server answered the exporter's last /readyz probe (1) or not (0).").live().
+		doc("While it is 0 the exporter serves its last known state.")
 	objectsRejected = newDef("dra_exporter_objects_rejected_total", typeCounter,
-		"Objects the index could not use (unexpected type), per resource.",
+		"Objects the index could not use, per resource.",
 		"resource").live()
 )
 

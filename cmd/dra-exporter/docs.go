@@ -18,21 +18,30 @@ func docs(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	var cfg config
-	cfg.register(flag.NewFlagSet("defaults", flag.ContinueOnError))
-	collectors, err := cfg.collectors()
+	defs, err := allDefs()
 	if err != nil {
 		fmt.Fprintln(stderr, "dra-exporter docs:", err)
 		return 1
 	}
-	defs := collector.NewExporter(nil, nil, true, nil, collectors...).Defs()
-	defs = append(defs, collector.NewLatency().Defs()...)
-	defs = append(defs, collector.NewSelf().Defs()...)
 	_, err = io.WriteString(stdout, renderReference(defs))
 	if err != nil {
 		return 1
 	}
 	return 0
+}
+
+// allDefs lists every family a server with default flags registers.
+func allDefs() ([]*collector.Def, error) {
+	var cfg config
+	cfg.register(flag.NewFlagSet("defaults", flag.ContinueOnError))
+	collectors, err := cfg.collectors()
+	if err != nil {
+		return nil, err
+	}
+	defs := collector.NewExporter(nil, nil, true, nil, collectors...).Defs()
+	defs = append(defs, collector.NewLatency().Defs()...)
+	defs = append(defs, collector.NewSelf().Defs()...)
+	return defs, nil
 }
 
 func renderReference(defs []*collector.Def) string {
@@ -51,7 +60,11 @@ func renderReference(defs []*collector.Def) string {
 		for i, l := range d.Labels {
 			labels[i] = "`" + l + "`"
 		}
-		fmt.Fprintf(b, "| `%s` | %s | %s | %s |\n", d.Name, typ, strings.Join(labels, ", "), strings.ReplaceAll(d.Help, "|", "\\|"))
+		text := d.Help
+		if d.Doc != "" {
+			text += " " + d.Doc
+		}
+		fmt.Fprintf(b, "| `%s` | %s | %s | %s |\n", d.Name, typ, strings.Join(labels, ", "), strings.ReplaceAll(text, "|", "\\|"))
 	}
 	fmt.Fprintf(b, "| `dra_exporter_build_info` | gauge, live | `version`, `revision`, `branch`, `goversion`, `goos`, `goarch`, `tags` | Build information of the running exporter. Always 1. |\n")
 	b.WriteString("\nThe process (`process_*`), Go runtime (`go_*`) and HTTP handler (`promhttp_*`) families of client_golang are served too.\n")
