@@ -67,25 +67,35 @@ $(TOOLS_BIN)/.built: tools/go.mod tools/go.sum
 	rm -rf $(TOOLS_BIN) && mv $(TOOLS_BIN).tmp $(TOOLS_BIN) && touch $@
 
 .PHONY: test
-test: build controlplane tools lint ## Run every test: lint, unit, golden, rules (promtool), e2e on a real control plane and Prometheus.
-	$(PROMTOOL) check rules rules/*.yaml
-	$(PROMTOOL) test rules rules/tests/*.yaml
+test: build controlplane tools lint test-race ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a real control plane and Prometheus.
+	@# promtool check/test rules run inside go test ./rules/ (TestPromtool*), with DRA_PROMTOOL set above.
 	$(GO) test -count=1 -timeout 40m ./...
 
 .PHONY: test-unit
-test-unit: ## Run the tests that need no control plane (e2e tests skip when DRA_E2E_SKIP=1).
+test-unit: ## Run the tests that need no control plane (e2e and promtool tests skip when DRA_E2E_SKIP=1).
 	DRA_E2E_SKIP=1 $(GO) test -count=1 ./...
 
+# The packages where scrapes and informer handlers run concurrently.
+RACE_PKGS := ./collector/ ./internal/index/ ./internal/kube/
+
+.PHONY: test-race
+test-race: ## Run the concurrency-sensitive packages under the race detector.
+	DRA_E2E_SKIP=1 $(GO) test -race -count=1 $(RACE_PKGS)
+
+PINT_VERSION := v0.86.0
+PINT := $(CACHE)/tools/pint-$(PINT_VERSION)/pint
+
+$(PINT): tools/pint/go.mod tools/pint/go.sum
+	@echo ">> building pint $(PINT_VERSION) (cold: ~5 min)"
+	cd tools/pint && $(GO) build -o $@ github.com/cloudflare/pint/cmd/pint
+
+.PHONY: pint
+pint: $(PINT) ## Lint the rule bundle with pint (built once, cached).
+	$(PINT) --no-color --offline --config rules/.pint.hcl lint rules/
+
 .PHONY: rules-test
-rules-test: tools ## Check and unit-test the rule bundle: promtool, its conventions (go test ./rules/), pint if built.
-	$(PROMTOOL) check rules rules/*.yaml
-	$(PROMTOOL) test rules rules/tests/*.yaml
+rules-test: tools ## Check and unit-test the rule bundle: promtool and its conventions (go test ./rules/); `make pint` lints it too.
 	$(GO) test -count=1 ./rules/
-	@# pint is optional (cold build ~5 min); build it once with
-	@# cd tools/pint && go build -o ../../.cache/tools/pint-v0.86.0/pint github.com/cloudflare/pint/cmd/pint
-	@if [ -x $(CACHE)/tools/pint-v0.86.0/pint ]; then \
-		$(CACHE)/tools/pint-v0.86.0/pint --no-color --offline --config rules/.pint.hcl lint rules/; \
-	else echo ">> pint not built, skipping it (see tools/pint/go.mod)"; fi
 
 .PHONY: bench
 bench: ## Benchmark index build and scrape at 1k, 10k and 100k claims.

@@ -5,6 +5,7 @@ import (
 	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -387,14 +388,14 @@ func TestParseAttributeLabels(t *testing.T) {
 	}
 }
 
-func TestDefaultAttributeLabelsParse(t *testing.T) {
-	var parts []string
-	for _, a := range collector.DefaultAttributeLabels {
-		parts = append(parts, a.Attribute+"="+a.Label)
+func TestDefaultAttributeLabelsRoundTrip(t *testing.T) {
+	spec := collector.FormatAttributeLabels(collector.DefaultAttributeLabels)
+	got, err := collector.ParseAttributeLabels(spec)
+	if err != nil {
+		t.Fatalf("the defaults do not parse: %v", err)
 	}
-	got, err := collector.ParseAttributeLabels(strings.Join(parts, ","))
-	if err != nil || len(got) != len(collector.DefaultAttributeLabels) {
-		t.Errorf("the defaults do not parse: %v, %v", got, err)
+	if !slices.Equal(got, collector.DefaultAttributeLabels) {
+		t.Errorf("ParseAttributeLabels(%q) = %v, want %v", spec, got, collector.DefaultAttributeLabels)
 	}
 }
 

@@ -26,6 +26,16 @@ var DefaultAttributeLabels = []AttributeLabel{
 	{Attribute: "parentUUID", Label: "parent_gpu_uuid"},
 }
 
+// FormatAttributeLabels writes labels in the form ParseAttributeLabels
+// reads: the flag's default is the defaults written so.
+func FormatAttributeLabels(labels []AttributeLabel) string {
+	parts := make([]string, len(labels))
+	for i, a := range labels {
+		parts[i] = a.Attribute + "=" + a.Label
+	}
+	return strings.Join(parts, ",")
+}
+
 var labelName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
 // ParseAttributeLabels parses "attr=label,attr" (a bare entry uses the

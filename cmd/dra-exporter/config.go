@@ -21,7 +21,7 @@ type config struct {
 }
 
 func (c *config) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.attributeLabels, "device.attribute-labels", "productName=product,type=type,profile=profile,parentUUID=parent_gpu_uuid",
+	fs.StringVar(&c.attributeLabels, "device.attribute-labels", collector.FormatAttributeLabels(collector.DefaultAttributeLabels),
 		"Device attributes exported as labels of dra_device_info: comma-separated attribute[=label] (bare names are in the driver's domain).")
 	fs.StringVar(&c.podLabels, "pod.labels-allowlist", "",
 		"Comma-separated pod label keys exported on dra_pod_labels (none by default: pod labels can be unbounded or sensitive).")

@@ -30,3 +30,24 @@ func TestREADMEDocumentsEveryFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestREADMEGoVersionMatchesGoMod keeps the README's required Go version
+// the one go.mod's go line declares.
+func TestREADMEGoVersionMatchesGoMod(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gomod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goLine := regexp.MustCompile(`(?m)^go (\S+)$`).FindSubmatch(gomod)
+	required := regexp.MustCompile(`Requirements: Go (\S+)\+`).FindSubmatch(readme)
+	if goLine == nil || required == nil {
+		t.Fatalf("go.mod go line %q, README requirement %q: one is missing", goLine, required)
+	}
+	if string(goLine[1]) != string(required[1]) {
+		t.Errorf("README requires Go %s, go.mod says go %s", required[1], goLine[1])
+	}
+}

@@ -212,7 +212,15 @@ func TestReasonLayersAndMeanings(t *testing.T) {
 		classify.NodePrepareFailed: classify.LayerNode, classify.NodePreparePending: classify.LayerNode,
 		classify.NotReady: classify.LayerApplication,
 	}
-	for r, l := range layers {
+	if len(layers) != len(classify.Reasons) {
+		t.Errorf("%d reasons in this table, %d in classify.Reasons: name the layer of every reason", len(layers), len(classify.Reasons))
+	}
+	for _, r := range classify.Reasons {
+		l, ok := layers[r]
+		if !ok {
+			t.Errorf("reason %s: no layer in this table (DESIGN.md names one for every reason)", r)
+			continue
+		}
 		if r.Layer() != l {
 			t.Errorf("%s.Layer() = %s, want %s (DESIGN.md)", r, r.Layer(), l)
 		}
