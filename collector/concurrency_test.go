@@ -2,15 +2,15 @@ package collector_test
 
 import (
 	"fmt"
-	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	. "github.com/dra-exporter/dra-exporter/internal/testobj"
+
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/index"
-	"github.com/dra-exporter/dra-exporter/internal/offline"
 )
 
 // Scrapes read snapshots while informer handlers keep changing the index:
@@ -58,7 +58,7 @@ func TestScrapeWhileIndexChanges(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for i := 0; i < rounds/3; i++ {
-			if _, err := offline.Render(exp); err != nil {
+			if _, err := collector.Render(exp); err != nil {
 				errs <- err
 				return
 			}

@@ -1,7 +1,10 @@
 package collector
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,8 +84,11 @@ func (x *Exporter) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect takes one snapshot and runs every collector over it. A collector
-// that fails (or panics on unexpected data) is reported and skipped; the
-// others still emit.
+// that fails (or panics on unexpected data) is logged, with the panic's
+// value and stack, and reported by dra_exporter_scrape_collector_success;
+// none of its series are sent, because half a family reads as a healthy
+// cluster (the blocked pods it did not reach would look unblocked). The
+// other collectors still emit.
 func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
 	if x.complete != nil && !x.complete() {
 		return
@@ -91,9 +97,18 @@ func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
 	now := x.now()
 	for _, c := range x.collectors {
 		start := time.Now()
-		err := x.run(c, s, now, ch)
+		metrics, err := x.run(c, s, now)
 		if err != nil {
-			x.logger.Error("collector failed", "collector", c.Name(), "err", err)
+			var p panicError
+			if errors.As(err, &p) {
+				x.logger.Error("collector panicked; its series are left out of this scrape", "collector", c.Name(), "panic", fmt.Sprint(p.value), "stack", string(p.stack))
+			} else {
+				x.logger.Error("collector failed; its series are left out of this scrape", "collector", c.Name(), "err", err)
+			}
+		} else {
+			for _, m := range metrics {
+				ch <- m
+			}
 		}
 		if x.timing {
 			ch <- prometheus.MustNewConstMetric(scrapeDuration.desc, prometheus.GaugeValue, time.Since(start).Seconds(), c.Name())
@@ -102,28 +117,26 @@ func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func (x *Exporter) run(c Collector, s *index.Snapshot, now time.Time, ch chan<- prometheus.Metric) (err error) {
+func (x *Exporter) run(c Collector, s *index.Snapshot, now time.Time) (metrics []prometheus.Metric, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = panicError{r}
+			metrics, err = nil, panicError{value: r, stack: debug.Stack()}
 		}
 	}()
-	return c.Update(s, now, newEmitter(ch))
+	e := &emitter{}
+	if err := c.Update(s, now, e); err != nil {
+		return nil, err
+	}
+	return e.metrics, nil
 }
 
-type panicError struct{ v any }
-
-func (p panicError) Error() string { return "panic: " + toString(p.v) }
-
-func toString(v any) string {
-	if err, ok := v.(error); ok {
-		return err.Error()
-	}
-	if s, ok := v.(string); ok {
-		return s
-	}
-	return "unexpected value"
+// panicError is a collector's panic, with the stack where it happened.
+type panicError struct {
+	value any
+	stack []byte
 }
+
+func (p panicError) Error() string { return fmt.Sprintf("panic: %v", p.value) }
 
 // Defs lists every family the exporter emits, in collector order.
 func (x *Exporter) Defs() []*Def {

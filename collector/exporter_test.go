@@ -115,11 +115,20 @@ func TestExporterRecoversFailingCollectors(t *testing.T) {
 	if _, found := valueOf(families["dra_test_ok"], "ok"); !found {
 		t.Errorf("the healthy collector's family is missing")
 	}
+	// Each fake emitted one series before it failed: none of them stays.
+	for _, name := range []string{"boom", "weird", "failing"} {
+		if mf := families["dra_test_"+name]; mf != nil {
+			t.Errorf("the failed collector %s left %d partial series in the scrape", name, len(mf.GetMetric()))
+		}
+	}
 	joined := strings.Join(logs.msgs, "\n")
-	for _, want := range []string{"collector=boom err=panic: index out of range", "collector=weird err=panic: unexpected value", "collector=failing err=no snapshot"} {
+	for _, want := range []string{"collector=boom panic=index out of range stack=goroutine", "collector=weird panic=42 stack=goroutine", "collector=failing err=no snapshot"} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("log lacks %q:\n%s", want, joined)
 		}
+	}
+	if !strings.Contains(joined, "exporter_test.go") {
+		t.Errorf("the logged stack does not reach the panicking Update:\n%s", joined)
 	}
 }
 
@@ -158,24 +167,22 @@ func TestExporterNilLoggerFailingCollector(t *testing.T) {
 	for range ch {
 		n++
 	}
-	if n != 6 { // two test gauges, two durations, two successes
-		t.Errorf("collected %d metrics, want 6", n)
+	if n != 5 { // the healthy gauge (the failed one is dropped), two durations, two successes
+		t.Errorf("collected %d metrics, want 5", n)
 	}
 }
 
 func TestUniqueGauge(t *testing.T) {
 	a := newDef("dra_test_a", typeGauge, "A.", "x", "y")
 	b := newDef("dra_test_b", typeGauge, "B.", "x", "y")
-	ch := make(chan prometheus.Metric, 16)
-	e := newEmitter(ch)
+	e := &emitter{}
 	e.uniqueGauge(a, 1, "1", "2")
 	e.uniqueGauge(a, 1, "1", "2") // dropped
 	e.uniqueGauge(a, 1, "12", "") // a different label set, not a collision
 	e.uniqueGauge(b, 1, "1", "2") // another family
 	e.gauge(a, 1, "3", "4")
-	close(ch)
 	var got []string
-	for m := range ch {
+	for _, m := range e.metrics {
 		var pb dto.Metric
 		if err := m.Write(&pb); err != nil {
 			t.Fatal(err)

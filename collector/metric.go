@@ -51,17 +51,16 @@ func (d *Def) live() *Def {
 // Desc returns the family's descriptor.
 func (d *Def) Desc() *prometheus.Desc { return d.desc }
 
-// emitter sends const metrics, dropping a repeated label set of a family
-// (which would make the whole scrape fail) when asked to check.
+// emitter collects the const metrics of one collector's run, dropping a
+// repeated label set of a family (which would make the whole scrape fail)
+// when asked to check. The exporter sends them only when the run succeeds.
 type emitter struct {
-	ch   chan<- prometheus.Metric
-	seen map[string]struct{}
+	metrics []prometheus.Metric
+	seen    map[string]struct{}
 }
 
-func newEmitter(ch chan<- prometheus.Metric) *emitter { return &emitter{ch: ch} }
-
 func (e *emitter) gauge(d *Def, v float64, lvs ...string) {
-	e.ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, v, lvs...)
+	e.metrics = append(e.metrics, prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, v, lvs...))
 }
 
 // uniqueGauge emits a gauge unless the family already has this label set.

@@ -53,7 +53,7 @@ func snapshot(args []string, stdout, stderr io.Writer) int {
 	}
 	reportProblems(stderr, problems)
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	out, err := offline.Render(collector.NewExporter(ix, clock, false, logger, collectors...))
+	out, err := collector.Render(collector.NewExporter(ix, clock, false, logger, collectors...))
 	if err != nil {
 		fmt.Fprintln(stderr, "dra-exporter snapshot:", err)
 		return 1

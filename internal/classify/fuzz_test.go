@@ -26,7 +26,6 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
-	"github.com/dra-exporter/dra-exporter/internal/offline"
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
@@ -554,7 +553,7 @@ func apply(t *testing.T, ix *index.Index, o op, live bool) {
 func render(t *testing.T, ix *index.Index, what string) string {
 	t.Helper()
 	h := &recordingHandler{}
-	out, err := offline.Render(collector.NewExporter(ix, func() time.Time { return T0 }, false, slog.New(h), fuzzCollectors()...))
+	out, err := collector.Render(collector.NewExporter(ix, func() time.Time { return T0 }, false, slog.New(h), fuzzCollectors()...))
 	if err != nil {
 		t.Fatalf("%s: render: %v", what, err)
 	}
