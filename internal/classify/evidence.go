@@ -11,7 +11,7 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
-func (w *walker) describeResult(c *index.Claim, r index.Result) string {
+func (w *walker) describeResult(r index.Result) string {
 	b := &strings.Builder{}
 	fmt.Fprintf(b, "request %s: device %s", r.Request, r.Device)
 	if r.Class != "" {

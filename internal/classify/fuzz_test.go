@@ -682,9 +682,9 @@ func runFuzzIndex(t *testing.T, data []byte) {
 		now = now.Add(time.Second)
 		apply(t, c, op{obj: obj, delete: true}, true)
 	}
-	if s := c.Snapshot(); len(s.Classes)+len(s.Devices)+len(s.Claims)+len(s.Pods)+len(s.Nodes)+len(s.Events()) != 0 {
+	if s := c.Snapshot(); len(s.Classes)+len(s.Devices)+len(s.Claims)+len(s.Pods)+len(s.Nodes)+len(s.Events) != 0 {
 		t.Errorf("after deleting every object: %d classes, %d devices, %d claims, %d pods, %d nodes, %d events",
-			len(s.Classes), len(s.Devices), len(s.Claims), len(s.Pods), len(s.Nodes), len(s.Events()))
+			len(s.Classes), len(s.Devices), len(s.Claims), len(s.Pods), len(s.Nodes), len(s.Events))
 	}
 }
 

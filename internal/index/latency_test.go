@@ -2,11 +2,12 @@ package index_test
 
 import (
 	"fmt"
-	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"

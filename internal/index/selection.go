@@ -1,0 +1,178 @@
+package index
+
+// What one request can get from a class: the devices its selectors keep and
+// how many of those a new allocation could have, per node.
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/dra-exporter/dra-exporter/internal/celmatch"
+)
+
+// selection is the result of evaluating one set of request selectors over
+// the devices of one class.
+// Selection is what one request can get from a class: the devices its
+// selectors keep, and what a new allocation could take from them. An
+// allocation takes devices reachable from one node: the node's own devices
+// and network-attached ones (slices without a node name, assumed reachable
+// from every node).
+type Selection struct {
+	// Devices are the class devices the selectors keep.
+	Devices []*Device
+	// Free counts those a new allocation could take (see Available; the
+	// request's tolerations apply to device taints).
+	Free int
+	// BestNode is the node from which the most free devices are reachable,
+	// BestNodeFree that number; BestNode is "" when only network-attached
+	// devices are reachable.
+	BestNode     string
+	BestNodeFree int
+	// MostOnANode is the largest number of kept devices, free or not,
+	// reachable from one node: a request for more can never be allocated.
+	MostOnANode int
+	// AllFreeNode is a node from which every kept device is free, as
+	// allocationMode All needs ("" with AllFree when only network-attached
+	// devices exist).
+	AllFreeNode string
+	AllFree     bool
+	// Errors counts devices on which the selectors failed to evaluate; the
+	// scheduler rejects every node from which such a device is reachable
+	// (the API: "evaluation error ... allocation to abort"). Nodes counts
+	// the nodes left after that; ErrorSample holds a few messages.
+	Errors      int
+	ErrorSample []string
+	Nodes       int
+
+	freeOn      map[string]int
+	networkFree int
+}
+
+// FreeOn returns how many kept devices a new allocation on the node could
+// take: the node's own and the network-attached ones.
+func (sel *Selection) FreeOn(node string) int { return sel.freeOn[node] + sel.networkFree }
+
+// DeviceNodes returns the nodes with local kept devices, sorted.
+func (sel *Selection) DeviceNodes() []string { return slices.Sorted(maps.Keys(sel.freeOn)) }
+
+// Select returns what a request with these selectors and tolerations can
+// get from the class. Results are memoised per snapshot: pods from one
+// template share their selectors, and a scrape classifies them all.
+func (s *Snapshot) Select(class string, selectors []resourceapi.DeviceSelector, tolerations []resourceapi.DeviceToleration) *Selection {
+	var b strings.Builder
+	b.WriteString(class)
+	for _, sel := range selectors {
+		b.WriteByte(0)
+		if sel.CEL != nil {
+			b.WriteString(sel.CEL.Expression)
+		}
+	}
+	for _, t := range tolerations {
+		fmt.Fprintf(&b, "\x01%s=%s:%s:%s", t.Key, t.Operator, t.Value, t.Effect)
+	}
+	key := b.String()
+	s.memoMu.Lock()
+	res, ok := s.selectorMemo[key]
+	s.memoMu.Unlock()
+	if ok {
+		return res
+	}
+	res = s.selectDevices(class, selectors, tolerations)
+	s.memoMu.Lock()
+	s.selectorMemo[key] = res
+	s.memoMu.Unlock()
+	return res
+}
+
+type nodeTally struct{ kept, free int }
+
+func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSelector, tolerations []resourceapi.DeviceToleration) *Selection {
+	res := &Selection{}
+	byNode := map[string]*nodeTally{}
+	var network nodeTally
+	errNodes := map[string]bool{}
+	errNetwork := false
+	// The class's own selectors failing on a device rejects its nodes too.
+	for _, d := range s.classErrors[class] {
+		res.Errors++
+		res.ErrorSample = append(res.ErrorSample, d.Key.String()+": class "+class+": "+d.ClassErrors[class])
+		if d.Node == "" {
+			errNetwork = true
+		} else {
+			errNodes[d.Node] = true
+		}
+	}
+	for _, d := range s.classDevices[class] {
+		if len(selectors) > 0 {
+			match, err := s.matcher.Match(selectors, celmatch.Device{Driver: d.Key.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
+			if err != nil {
+				res.Errors++
+				res.ErrorSample = append(res.ErrorSample, d.Key.String()+": "+err.Error())
+				if d.Node == "" {
+					errNetwork = true
+				} else {
+					errNodes[d.Node] = true
+				}
+				continue
+			}
+			if !match {
+				continue
+			}
+		}
+		res.Devices = append(res.Devices, d)
+		t := &network
+		if d.Node != "" {
+			t = byNode[d.Node]
+			if t == nil {
+				t = &nodeTally{}
+				byNode[d.Node] = t
+			}
+		}
+		t.kept++
+		if s.availableWith(d, tolerations) {
+			res.Free++
+			t.free++
+		}
+	}
+	if len(res.ErrorSample) > 3 {
+		slices.Sort(res.ErrorSample) // a stable sample whatever the map order
+		res.ErrorSample = res.ErrorSample[:3]
+	}
+	res.freeOn = make(map[string]int, len(byNode))
+	for node, t := range byNode {
+		res.freeOn[node] = t.free
+	}
+	res.networkFree = network.free
+	if errNetwork {
+		return res // every node reaches a device the selectors fail on
+	}
+	// Nodes that only reach network-attached devices (no local device of
+	// the class) count as one candidate, "".
+	consider := func(node string, t nodeTally) {
+		res.Nodes++
+		kept, free := t.kept+network.kept, t.free+network.free
+		if free > res.BestNodeFree || (free == res.BestNodeFree && (res.Nodes == 1 || node < res.BestNode)) {
+			res.BestNode, res.BestNodeFree = node, free
+		}
+		res.MostOnANode = max(res.MostOnANode, kept)
+		if kept > 0 && kept == free && (!res.AllFree || node < res.AllFreeNode) {
+			res.AllFree, res.AllFreeNode = true, node
+		}
+	}
+	nodes := 0
+	for node, t := range byNode {
+		if errNodes[node] {
+			continue
+		}
+		nodes++
+		consider(node, *t)
+	}
+	if nodes == 0 && network.kept > 0 {
+		consider("", nodeTally{})
+	}
+	return res
+}
