@@ -25,6 +25,7 @@ import (
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/nvidia"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
@@ -60,11 +61,11 @@ func (g *fuzzBytes) oneIn(n int) bool { return g.intn(n) == n-1 }
 func pick[T any](g *fuzzBytes, list []T) T { return list[g.intn(len(list))] }
 
 var fuzzClasses = []struct{ name, expr string }{
-	{GPUClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"},
-	{MIGClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"},
+	{GPUClassName, nvidia.GPUClassSelector},
+	{MIGClassName, nvidia.MIGClassSelector},
 	{"h100", "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA H100')"},
 	{"profiled", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'"}, // runtime error on full GPUs
-	{"broken", "device.driver =="}, // compile error
+	{"broken", "device.driver =="},                                          // compile error
 	{"big", "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0"},
 }
 

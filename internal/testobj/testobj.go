@@ -15,15 +15,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/nvidia"
 )
 
 // NVIDIA-shaped test objects: driver gpu.nvidia.com, pool = node name,
 // devices gpu-N, classes gpu.nvidia.com and mig.nvidia.com.
 const (
-	Driver       = "gpu.nvidia.com"
-	GPUClassName = "gpu.nvidia.com"
-	MIGClassName = "mig.nvidia.com"
-	GPUResource  = "nvidia.com/gpu"
+	Driver       = nvidia.Driver
+	GPUClassName = nvidia.GPUClass
+	MIGClassName = nvidia.MIGClass
+	GPUResource  = nvidia.ExtendedResource
 	NS           = "prod"
 )
 
@@ -31,13 +32,7 @@ var T0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 
 func Ptr[T any](v T) *T { return &v }
 
-func CEL(exprs ...string) []resourceapi.DeviceSelector {
-	out := make([]resourceapi.DeviceSelector, len(exprs))
-	for i, e := range exprs {
-		out[i] = resourceapi.DeviceSelector{CEL: &resourceapi.CELDeviceSelector{Expression: e}}
-	}
-	return out
-}
+func CEL(exprs ...string) []resourceapi.DeviceSelector { return nvidia.CEL(exprs...) }
 
 func DeviceClass(name string, exprs ...string) *resourceapi.DeviceClass {
 	return &resourceapi.DeviceClass{
@@ -46,48 +41,29 @@ func DeviceClass(name string, exprs ...string) *resourceapi.DeviceClass {
 	}
 }
 
-func GPUClass() *resourceapi.DeviceClass {
-	c := DeviceClass(GPUClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'")
-	c.Spec.ExtendedResourceName = Ptr(GPUResource)
-	return c
-}
+// GPUClass and MIGClass are the driver's classes (nvidia.Classes) with a UID.
+func GPUClass() *resourceapi.DeviceClass { return withClassUID(nvidia.Classes()[0]) }
 
-func MIGClass() *resourceapi.DeviceClass {
-	return DeviceClass(MIGClassName, "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'")
+func MIGClass() *resourceapi.DeviceClass { return withClassUID(nvidia.Classes()[1]) }
+
+func withClassUID(c *resourceapi.DeviceClass) *resourceapi.DeviceClass {
+	c.TypeMeta = metav1.TypeMeta{}
+	c.UID = types.UID("class-" + c.Name)
+	return c
 }
 
 func StrAttr(s string) resourceapi.DeviceAttribute {
 	return resourceapi.DeviceAttribute{StringValue: &s}
 }
 
+// GPUDevice is an H100 as the driver publishes it.
 func GPUDevice(name, uuid string) resourceapi.Device {
-	return resourceapi.Device{
-		Name: name,
-		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			"type":        StrAttr("gpu"),
-			"uuid":        StrAttr(uuid),
-			"productName": StrAttr("NVIDIA H100 80GB HBM3"),
-		},
-		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			"memory": {Value: resource.MustParse("80Gi")},
-		},
-	}
+	return nvidia.GPUDevice(name, uuid, nvidia.H100)
 }
 
+// MIGDevice is a MIG instance of an A100.
 func MIGDevice(name, uuid, parent, profile, memory string) resourceapi.Device {
-	return resourceapi.Device{
-		Name: name,
-		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-			"type":        StrAttr("mig"),
-			"uuid":        StrAttr(uuid),
-			"parentUUID":  StrAttr(parent),
-			"profile":     StrAttr(profile),
-			"productName": StrAttr("NVIDIA A100-SXM4-40GB"),
-		},
-		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-			"memory": {Value: resource.MustParse(memory)},
-		},
-	}
+	return nvidia.MIGDevice(name, uuid, parent, profile, nvidia.A100, memory)
 }
 
 // consumes makes the device consume memory from a shared counter set.
@@ -100,15 +76,10 @@ func Consumes(d resourceapi.Device, set, memory string) resourceapi.Device {
 }
 
 func Slice(name, node string, gen int64, devices ...resourceapi.Device) *resourceapi.ResourceSlice {
-	return &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("slice-" + name)},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   Driver,
-			NodeName: Ptr(node),
-			Pool:     resourceapi.ResourcePool{Name: node, Generation: gen, ResourceSliceCount: 1},
-			Devices:  devices,
-		},
-	}
+	sl := nvidia.Slice(name, node, gen, devices...)
+	sl.TypeMeta = metav1.TypeMeta{}
+	sl.UID = types.UID("slice-" + name)
+	return sl
 }
 
 func Request(name, class string) resourceapi.DeviceRequest {

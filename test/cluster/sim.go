@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"github.com/dra-exporter/dra-exporter/internal/nvidia"
+
 	"context"
 	"crypto/sha1"
 	"encoding/hex"
@@ -18,37 +20,19 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// NVIDIA DRA driver names.
+// NVIDIA DRA driver names (internal/nvidia holds the driver's shape).
 const (
-	Driver            = "gpu.nvidia.com"
-	GPUClass          = "gpu.nvidia.com"
-	MIGClass          = "mig.nvidia.com"
-	GPUResource       = "nvidia.com/gpu"
-	gpuClassSelector  = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
-	migClassSelector  = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
-	defaultGPUProduct = "NVIDIA H100 80GB HBM3"
+	Driver      = nvidia.Driver
+	GPUClass    = nvidia.GPUClass
+	MIGClass    = nvidia.MIGClass
+	GPUResource = nvidia.ExtendedResource
 )
 
 // CreateNVIDIAClasses creates the DeviceClasses the NVIDIA DRA driver
 // installs: gpu.nvidia.com (serving the extended resource nvidia.com/gpu)
 // and mig.nvidia.com.
 func CreateNVIDIAClasses(ctx context.Context, c kubernetes.Interface) error {
-	classes := []*resourceapi.DeviceClass{
-		{
-			ObjectMeta: metav1.ObjectMeta{Name: GPUClass},
-			Spec: resourceapi.DeviceClassSpec{
-				Selectors:            []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: gpuClassSelector}}},
-				ExtendedResourceName: ptr.To(GPUResource),
-			},
-		},
-		{
-			ObjectMeta: metav1.ObjectMeta{Name: MIGClass},
-			Spec: resourceapi.DeviceClassSpec{
-				Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: migClassSelector}}},
-			},
-		},
-	}
-	for _, dc := range classes {
+	for _, dc := range nvidia.Classes() {
 		if _, err := c.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create deviceclass %s: %w", dc.Name, err)
 		}
@@ -123,34 +107,13 @@ func AddNode(ctx context.Context, c kubernetes.Interface, n GPUNode) error {
 func NVIDIASlice(n GPUNode, generation int64) *resourceapi.ResourceSlice {
 	product := n.Product
 	if product == "" {
-		product = defaultGPUProduct
+		product = nvidia.H100
 	}
-	s := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name + "-" + Driver},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   Driver,
-			NodeName: ptr.To(n.Name),
-			Pool:     resourceapi.ResourcePool{Name: n.Name, Generation: generation, ResourceSliceCount: 1},
-		},
+	devices := make([]resourceapi.Device, n.GPUs)
+	for i := range devices {
+		devices[i] = nvidia.WithMinor(nvidia.GPUDevice(nvidia.DeviceName(i), GPUUUID(n.Name, i), product), i)
 	}
-	for i := 0; i < n.GPUs; i++ {
-		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{
-			Name: fmt.Sprintf("gpu-%d", i),
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				"type":          {StringValue: ptr.To("gpu")},
-				"uuid":          {StringValue: ptr.To(GPUUUID(n.Name, i))},
-				"productName":   {StringValue: ptr.To(product)},
-				"architecture":  {StringValue: ptr.To("Hopper")},
-				"brand":         {StringValue: ptr.To("Nvidia")},
-				"driverVersion": {VersionValue: ptr.To("580.65.6")},
-				"index":         {IntValue: ptr.To(int64(i))},
-			},
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
-				"memory": {Value: resource.MustParse("80Gi")},
-			},
-		})
-	}
-	return s
+	return nvidia.Slice(n.Name+"-"+Driver, n.Name, generation, devices...)
 }
 
 // CreateNamespace creates a namespace and waits for its default service

@@ -1,10 +1,11 @@
-// Package bench generates synthetic, NVIDIA-shaped DRA clusters and
-// benchmarks the exporter over them: index build, snapshot, classifier and
-// a full scrape (see README.md). The generator is deterministic: the same
-// size gives the same objects, byte for byte, on every run.
 package bench
 
+// The object builders: what the API server would return for each part of the
+// plan (plan.go), NVIDIA-shaped through internal/nvidia.
+
 import (
+	"github.com/dra-exporter/dra-exporter/internal/nvidia"
+
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
@@ -19,208 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
-
-// The shape of the NVIDIA DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu):
-// driver gpu.nvidia.com, one pool per node named after the node, devices
-// gpu-<minor>.
-const (
-	Driver      = "gpu.nvidia.com"
-	GPUClass    = "gpu.nvidia.com"
-	MIGClass    = "mig.nvidia.com"
-	GPUsPerNode = 8
-
-	productH100 = "NVIDIA H100 80GB HBM3"
-	productH200 = "NVIDIA H200 141GB HBM3e"
-
-	namespaces = 50
-)
-
-// Selectors of the DeviceClasses the NVIDIA driver's Helm chart installs, and
-// of the claims the generator writes.
-const (
-	gpuClassSelector = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
-	migClassSelector = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
-	// h200Selector pins a claim to the H200 nodes, which the generator fills.
-	h200Selector = "device.attributes['gpu.nvidia.com'].productName == '" + productH200 + "'"
-	// bigMemorySelector asks for more memory than any published GPU has.
-	bigMemorySelector = "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('200Gi')) >= 0"
-)
-
-// Outcome is what the generator intends for one claim and its pod.
-type Outcome int
-
-// The outcomes. The first seven split the claims by i%100 (85/5/10 percent);
-// the leaks replace a few Running claims.
-const (
-	// Running: allocated, reserved, pod Running and Ready.
-	Running Outcome = iota
-	// NotReady: allocated, reserved, containers running, readiness failing.
-	NotReady
-	// PreparePending: allocated, reserved, bound, containers not started.
-	PreparePending
-	// PrepareFailed: as PreparePending, with a kubelet
-	// FailedPrepareDynamicResources event.
-	PrepareFailed
-	// CapacityExhausted: pending; the claim selects H200s, all allocated.
-	CapacityExhausted
-	// SelectorMatchesNothing: pending; the claim asks for 200Gi GPUs.
-	SelectorMatchesNothing
-	// Unallocated: pending; free GPUs match, the pod does not fit a node.
-	Unallocated
-	// LeakPodMissing: allocated claim reserved for a pod that is gone.
-	LeakPodMissing
-	// LeakPodFinished: allocated claim still reserved for a Succeeded pod.
-	LeakPodFinished
-	// LeakOwnerMissing: allocated, unreserved claim whose owner pod is gone.
-	LeakOwnerMissing
-	// LeakUnreserved: allocated claim reserved for nobody for an hour; its
-	// owner pod has Succeeded.
-	LeakUnreserved
-
-	numOutcomes
-)
-
-var outcomeNames = [numOutcomes]string{
-	"running", "not_ready", "prepare_pending", "prepare_failed", "capacity_exhausted",
-	"selector_matches_nothing", "unallocated", "leak_pod_missing", "leak_pod_finished",
-	"leak_owner_missing", "leak_unreserved",
-}
-
-func (o Outcome) String() string { return outcomeNames[o] }
-
-// Allocated reports whether the outcome's claim holds a device.
-func (o Outcome) Allocated() bool {
-	switch o {
-	case CapacityExhausted, SelectorMatchesNothing, Unallocated:
-		return false
-	}
-	return true
-}
-
-// HasPod reports whether the outcome's pod exists.
-func (o Outcome) HasPod() bool { return o != LeakPodMissing && o != LeakOwnerMissing }
-
-// OutcomeOf returns the outcome of claim i of a cluster of n claims.
-func OutcomeOf(i, n int) Outcome {
-	if i%100 == 1 && i/100 < leakCount(n) {
-		return LeakPodMissing + Outcome((i/100)%4)
-	}
-	switch b := i % 100; {
-	case b < 85:
-		return Running
-	case b < 87:
-		return NotReady
-	case b < 89:
-		return PreparePending
-	case b < 90:
-		return PrepareFailed
-	case b < 95:
-		return CapacityExhausted
-	case b < 98:
-		return SelectorMatchesNothing
-	default:
-		return Unallocated
-	}
-}
-
-// leakCount is how many Running claims become leaks: one per thousand
-// claims, at least one of each kind.
-func leakCount(n int) int { return min(max(4, n/1000), n/100) }
-
-// Cluster is a generated cluster. Its objects are what the API server would
-// return (not trimmed).
-type Cluster struct {
-	Now             time.Time
-	Classes         []*resourceapi.DeviceClass
-	Nodes           []*corev1.Node
-	Slices          []*resourceapi.ResourceSlice
-	Claims          []*resourceapi.ResourceClaim
-	Pods            []*corev1.Pod
-	Events          []*corev1.Event   // kubelet events
-	SchedulerEvents []*eventsv1.Event // events.k8s.io/v1, as the scheduler writes them
-
-	// Outcomes counts the claims per intended outcome.
-	Outcomes [numOutcomes]int
-	// AllocatedDevices is the number of devices claims hold.
-	AllocatedDevices int
-	// H200Nodes are the first nodes; all their GPUs are allocated.
-	H200Nodes int
-}
-
-// Objects returns every object in the order an exporter's informers
-// typically deliver them: classes, nodes, slices, claims, pods, events.
-func (c *Cluster) Objects() []any {
-	out := make([]any, 0, len(c.Classes)+len(c.Nodes)+len(c.Slices)+len(c.Claims)+len(c.Pods)+len(c.Events)+len(c.SchedulerEvents))
-	for _, o := range c.Classes {
-		out = append(out, o)
-	}
-	for _, o := range c.Nodes {
-		out = append(out, o)
-	}
-	for _, o := range c.Slices {
-		out = append(out, o)
-	}
-	for _, o := range c.Claims {
-		out = append(out, o)
-	}
-	for _, o := range c.Pods {
-		out = append(out, o)
-	}
-	for _, o := range c.Events {
-		out = append(out, o)
-	}
-	for _, o := range c.SchedulerEvents {
-		out = append(out, o)
-	}
-	return out
-}
-
-// Now is the moment every generated cluster describes.
-var Now = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-
-// Generate returns a cluster of n claims (n pods using
-// ResourceClaimTemplate-generated claims, less the pods of two leak kinds):
-// about 85% allocated, reserved and Running/Ready; 5% bound but not ready;
-// 10% pending and unallocated. It has enough 8-GPU nodes for the allocated
-// claims plus 5% spare; the first quarter are H200 nodes, all taken.
-func Generate(n int) *Cluster {
-	c := &Cluster{Now: Now}
-	for i := range n {
-		o := OutcomeOf(i, n)
-		c.Outcomes[o]++
-		if o.Allocated() {
-			c.AllocatedDevices++
-		}
-	}
-	full := (c.AllocatedDevices + GPUsPerNode - 1) / GPUsPerNode
-	nodes := full + max(1, full/20)
-	c.H200Nodes = full / 4
-
-	g := &gen{c: c, now: Now, nodes: nodes}
-	c.Classes = []*resourceapi.DeviceClass{
-		deviceClass(0, GPUClass, gpuClassSelector, "nvidia.com/gpu"),
-		deviceClass(1, MIGClass, migClassSelector, ""),
-	}
-	c.Nodes = make([]*corev1.Node, 0, nodes)
-	c.Slices = make([]*resourceapi.ResourceSlice, 0, nodes)
-	for k := range nodes {
-		c.Nodes = append(c.Nodes, g.node(k))
-		c.Slices = append(c.Slices, g.slice(k))
-	}
-	c.Claims = make([]*resourceapi.ResourceClaim, 0, n)
-	c.Pods = make([]*corev1.Pod, 0, n)
-	slot := 0 // the next free GPU, counted over nodes in order
-	for i := range n {
-		o := OutcomeOf(i, n)
-		node, gpu := "", -1
-		if o.Allocated() {
-			node, gpu = nodeName(slot/GPUsPerNode), slot%GPUsPerNode
-			slot++
-		}
-		g.workload(i, o, node, gpu)
-	}
-	return c
-}
 
 type gen struct {
 	c     *Cluster
@@ -351,64 +150,21 @@ func (g *gen) node(k int) *corev1.Node {
 	}
 }
 
-// Attribute values every device of a node shares (the generated slices are
-// deep-copied by the trimmer, so sharing does not change heap figures).
-var (
-	attrGPU, attrBrand, attrArch = "gpu", "Nvidia", "Hopper"
-	attrCC, attrDriver           = "9.0.0", "580.65.6"
-	deviceNames, pciBusIDs       [GPUsPerNode]string
-	deviceIndex                  [GPUsPerNode]int64
-)
-
-func init() {
-	for m := range GPUsPerNode {
-		deviceNames[m] = "gpu-" + strconv.Itoa(m)
-		pciBusIDs[m] = fmt.Sprintf("0000:%02x:00.0", 0x1b+m)
-		deviceIndex[m] = int64(m)
-	}
-}
-
 func (g *gen) slice(k int) *resourceapi.ResourceSlice {
 	name := nodeName(k)
-	product, memory := g.product(k), resource.MustParse("80Gi")
-	if product == productH200 {
-		memory = resource.MustParse("141Gi")
-	}
+	product := g.product(k)
 	devices := make([]resourceapi.Device, GPUsPerNode)
-	productPtr := &product
 	for m := range devices {
-		devices[m] = resourceapi.Device{
-			Name: deviceNames[m],
-			Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
-				"type":                            {StringValue: &attrGPU},
-				"uuid":                            {StringValue: ptr("GPU-" + string(uid(kindGPU, k*GPUsPerNode+m)))},
-				"productName":                     {StringValue: productPtr},
-				"brand":                           {StringValue: &attrBrand},
-				"architecture":                    {StringValue: &attrArch},
-				"cudaComputeCapability":           {VersionValue: &attrCC},
-				"driverVersion":                   {VersionValue: &attrDriver},
-				"index":                           {IntValue: &deviceIndex[m]},
-				"minor":                           {IntValue: &deviceIndex[m]},
-				"resource.kubernetes.io/pciBusID": {StringValue: &pciBusIDs[m]},
-			},
-			Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: memory}},
-		}
+		devices[m] = nvidia.WithMinor(nvidia.GPUDevice(nvidia.DeviceName(m), "GPU-"+string(uid(kindGPU, k*GPUsPerNode+m)), product), m)
 	}
-	return &resourceapi.ResourceSlice{
-		TypeMeta: metav1.TypeMeta{APIVersion: "resource.k8s.io/v1", Kind: "ResourceSlice"},
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name + "-gpu.nvidia.com-" + suffix(kindSlice, k), GenerateName: name + "-gpu.nvidia.com-",
-			UID: uid(kindSlice, k), ResourceVersion: strconv.Itoa(2000 + k),
-			CreationTimestamp: ts(g.now.Add(-7 * 24 * time.Hour)),
-			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: uid(kindNode, k), Controller: ptr(true)}},
-		},
-		Spec: resourceapi.ResourceSliceSpec{
-			Driver:   Driver,
-			Pool:     resourceapi.ResourcePool{Name: name, Generation: 1, ResourceSliceCount: 1},
-			NodeName: ptr(name),
-			Devices:  devices,
-		},
+	s := nvidia.Slice(name+"-gpu.nvidia.com-"+suffix(kindSlice, k), name, 1, devices...)
+	s.ObjectMeta = metav1.ObjectMeta{
+		Name: s.Name, GenerateName: name + "-gpu.nvidia.com-",
+		UID: uid(kindSlice, k), ResourceVersion: strconv.Itoa(2000 + k),
+		CreationTimestamp: ts(g.now.Add(-7 * 24 * time.Hour)),
+		OwnerReferences:   []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: uid(kindNode, k), Controller: ptr(true)}},
 	}
+	return s
 }
 
 // workload writes claim i and its pod (and the pod's events).
