@@ -1,0 +1,159 @@
+package main
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const modulePath = "github.com/dra-exporter/dra-exporter/"
+
+// TestImportRules checks every package's imports of this module against the
+// table in docs/architecture.md, and the two rules that keep the scrape
+// path pure: no Prometheus in the index and classifier, no client-go on the
+// scrape path.
+func TestImportRules(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := importTable(t, string(doc))
+	packages := moduleImports(t, "../..")
+	if len(packages) < 10 {
+		t.Fatalf("found only %d packages", len(packages))
+	}
+	for pkg, imports := range packages {
+		rule, ok := allowed[pkg]
+		if !ok {
+			t.Errorf("package %s has no row in docs/architecture.md's import rules", pkg)
+			continue
+		}
+		for _, imp := range imports {
+			if own, ok := strings.CutPrefix(imp, modulePath); ok && !slices.Contains(rule, own) {
+				t.Errorf("%s imports %s, which docs/architecture.md does not allow", pkg, own)
+			}
+			if (pkg == "internal/index" || pkg == "internal/classify") && strings.HasPrefix(imp, "github.com/prometheus/") {
+				t.Errorf("%s imports %s: the index and the classifier stay free of Prometheus", pkg, imp)
+			}
+			if (pkg == "internal/index" || pkg == "internal/classify" || pkg == "collector") && talksToAPIServer(imp) {
+				t.Errorf("%s imports %s: nothing on the scrape path talks to the API server", pkg, imp)
+			}
+		}
+	}
+	for pkg := range allowed {
+		if _, ok := packages[pkg]; !ok {
+			t.Errorf("docs/architecture.md has a row for %s, which is not a package", pkg)
+		}
+	}
+}
+
+// talksToAPIServer reports whether a client-go package makes requests
+// (tools/cache's types, such as the delete tombstone, do not).
+func talksToAPIServer(imp string) bool {
+	for _, p := range []string{"k8s.io/client-go/kubernetes", "k8s.io/client-go/rest", "k8s.io/client-go/informers", "k8s.io/client-go/dynamic", "k8s.io/client-go/discovery"} {
+		if imp == p || strings.HasPrefix(imp, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// importTable reads the "| Package | May import |" table.
+func importTable(t *testing.T, doc string) map[string][]string {
+	t.Helper()
+	_, table, ok := strings.Cut(doc, "| Package | May import |")
+	if !ok {
+		t.Fatal("docs/architecture.md has no import-rules table")
+	}
+	cell := regexp.MustCompile("`([^`]+)`")
+	out := map[string][]string{}
+	for _, line := range strings.Split(table, "\n")[2:] {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		cols := strings.Split(line, "|")
+		if len(cols) < 3 {
+			t.Fatalf("malformed row %q", line)
+		}
+		pkg := cell.FindStringSubmatch(cols[1])
+		if pkg == nil {
+			t.Fatalf("row %q names no package", line)
+		}
+		var may []string
+		for _, m := range cell.FindAllStringSubmatch(cols[2], -1) {
+			may = append(may, m[1])
+		}
+		out[pkg[1]] = may
+	}
+	return out
+}
+
+// moduleImports returns, for every package of the root module, the imports
+// of its non-test files (of its test files, for a package of tests only,
+// such as test/e2e). Nested modules (tools, the control plane build) and
+// testdata are skipped.
+func moduleImports(t *testing.T, root string) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			name := d.Name()
+			if rel != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin") {
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && rel != "." {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		if strings.HasSuffix(path, "_test.go") {
+			if hasNonTestFiles(filepath.Dir(path)) {
+				return nil
+			}
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		pkg := filepath.ToSlash(filepath.Dir(rel))
+		if _, ok := out[pkg]; !ok {
+			out[pkg] = nil
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if !slices.Contains(out[pkg], p) {
+				out[pkg] = append(out[pkg], p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func hasNonTestFiles(dir string) bool {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if n := e.Name(); strings.HasSuffix(n, ".go") && !strings.HasSuffix(n, "_test.go") {
+			return true
+		}
+	}
+	return false
+}
