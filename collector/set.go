@@ -22,6 +22,7 @@ func ClusterCollectors(cfg Config) []Collector {
 		NewClaimCollector(),
 		NewBlockedCollector(),
 		NewLeakCollector(cfg.UnreservedGrace),
+		NewConflictCollector(),
 		NewLaneCollector(),
 		NewPodCollector(cfg.PodLabels),
 	}

@@ -64,7 +64,7 @@ func (w *walker) walkClaim(pc index.PodClaim, gated bool) {
 	}
 	alloc := Link{Step: "claim allocated", Layer: LayerScheduler, Claim: c.Key.Name, State: Pass}
 	for _, r := range c.Results {
-		alloc.Evidence = append(alloc.Evidence, w.describeResult(r))
+		alloc.Evidence = append(alloc.Evidence, w.describeResult(c, r))
 	}
 	if n := claimNode(w.s, c); n != "" {
 		alloc.Evidence = append(alloc.Evidence, "node: "+n)

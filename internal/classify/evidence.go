@@ -11,7 +11,7 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
-func (w *walker) describeResult(r index.Result) string {
+func (w *walker) describeResult(claim *index.Claim, r index.Result) string {
 	b := &strings.Builder{}
 	fmt.Fprintf(b, "request %s: device %s", r.Request, r.Device)
 	if r.Class != "" {
@@ -30,6 +30,11 @@ func (w *walker) describeResult(r index.Result) string {
 	}
 	if r.AdminAccess {
 		b.WriteString(", admin access")
+	}
+	if d := w.s.Device(r.Device); d != nil && !d.Shareable && !r.AdminAccess {
+		if others := otherHolders(w.s.AllocatedTo(r.Device), claim); len(others) > 0 {
+			fmt.Fprintf(b, "; DOUBLE ALLOCATION: also allocated to claim %s, and the device is not shareable (kubernetes #141471: a force-deleted pod's device prepared for a new claim)", strings.Join(others, ", "))
+		}
 	}
 	return b.String()
 }
@@ -114,4 +119,15 @@ func containerEvidence(what string, cs corev1.ContainerStatus) string {
 		s += fmt.Sprintf(", last exit %d (%s)", t.ExitCode, t.Reason)
 	}
 	return s
+}
+
+// otherHolders names the claims other than c that hold a device.
+func otherHolders(holders []*index.Claim, c *index.Claim) []string {
+	var out []string
+	for _, h := range distinctClaims(holders) {
+		if h != c {
+			out = append(out, h.Key.String())
+		}
+	}
+	return out
 }
