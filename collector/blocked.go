@@ -12,18 +12,26 @@ var podBlocked = newDef("dra_pod_blocked", typeGauge,
 	"namespace", "pod", "pod_uid", "claim", "device_class", "node", "device", "layer", "reason").
 	doc("One series per pod; device_class is the class of the failing request (of the allocated device for node and application reasons), device the first device of the failing claim. 1 while blocked.")
 
+var podLowerPriorityHolders = newDef("dra_pod_lower_priority_holders", typeGauge,
+	"Pods of lower priority holding the devices a capacity_exhausted pod waits for.",
+	"namespace", "pod", "pod_uid", "claim", "device_class").
+	doc("The scheduler does not preempt pods to free DRA devices, so preemption will not help such a pod: a device must be freed by hand or by a queue. Only for pods blocked with reason capacity_exhausted that have such holders.")
+
 type blockedCollector struct{}
 
 // NewBlockedCollector exports the blocked-pod classification.
 func NewBlockedCollector() Collector { return blockedCollector{} }
 
 func (blockedCollector) Name() string { return "blocked" }
-func (blockedCollector) Defs() []*Def { return []*Def{podBlocked} }
+func (blockedCollector) Defs() []*Def { return []*Def{podBlocked, podLowerPriorityHolders} }
 
 func (blockedCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
 	for _, v := range classify.Blocked(s) {
 		p := v.Pod
 		e.gauge(podBlocked, 1, p.Key.Namespace, p.Key.Name, string(p.UID), v.Claim, v.DeviceClass, v.Node, v.Device, string(v.Layer), string(v.Reason))
+		if v.LowerPriorityHolders > 0 {
+			e.gauge(podLowerPriorityHolders, float64(v.LowerPriorityHolders), p.Key.Namespace, p.Key.Name, string(p.UID), v.Claim, v.DeviceClass)
+		}
 	}
 	return nil
 }

@@ -210,6 +210,10 @@ func expectedGoldenAlerts(samples []sample) map[string]bool {
 			case l["reason"] == "owner_missing":
 				want[alertKey("DRAClaimOrphaned", "info", l)] = true
 			}
+		case "dra_pod_lower_priority_holders":
+			if v > 0 {
+				want[alertKey("DRAPodWaitsBehindLowerPriority", "warning", s.labels)] = true
+			}
 		case "dra_device_allocation_conflict":
 			if v == 1 {
 				want[alertKey("DRADeviceDoubleAllocated", "critical", s.labels)] = true

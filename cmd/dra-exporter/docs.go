@@ -101,6 +101,7 @@ func renderReference(defs []*collector.Def) string {
 	b.WriteString("| `dra_claim_allocation_info` | one per allocated device |\n")
 	b.WriteString("| `dra_claim_reserved_for_info` | one per reservation |\n")
 	b.WriteString("| `dra_pod_blocked` | one per blocked DRA pod |\n")
+	b.WriteString("| `dra_pod_lower_priority_holders` | at most one per blocked DRA pod (capacity_exhausted with lower-priority holders) |\n")
 	b.WriteString("| `dra_claim_reservation_leak` | one per leaked reservation (or claim) and device |\n")
 	b.WriteString("| `dra_device_allocation_conflict` | one per claim and reserved pod holding a doubly allocated device (none in a healthy cluster) |\n")
 	b.WriteString("| `dra_lane_devices` | up to 3 per (lane, node, class) |\n")

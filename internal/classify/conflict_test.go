@@ -1,8 +1,13 @@
 package classify_test
 
 import (
+	"strings"
+	"time"
+
 	"slices"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	. "github.com/dra-exporter/dra-exporter/internal/testobj"
@@ -51,6 +56,56 @@ func TestDoubleAllocations(t *testing.T) {
 			slices.Sort(want)
 			if !slices.Equal(got, want) {
 				t.Errorf("conflicts = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// The scheduler does not preempt pods to free DRA devices: a pending pod of
+// high priority waiting behind lower-priority holders says so.
+func TestLowerPriorityHolders(t *testing.T) {
+	withPriority := func(p *corev1.Pod, prio int32) *corev1.Pod {
+		p.Spec.Priority = Ptr(prio)
+		return p
+	}
+	holding := func(name, device string, prio int32) []any {
+		p := withPriority(Running(Bound(WithNamedClaim(Pod("holder-"+name, "uid-holder-"+name), "gpu", name), "node-1")), prio)
+		c := ReservedFor(Allocated(Claim(name, "uid-"+name), "node-1", T0.Add(-time.Hour), Result("gpu", "node-1", device)), p)
+		return []any{p, c}
+	}
+	tests := []struct {
+		name     string
+		pending  int32
+		holders  []int32 // priorities of the holders of gpu-0 and gpu-1
+		want     int
+		evidence bool
+	}{
+		{"a critical pod behind two batch pods", 1000000, []int32{0, 0}, 2, true},
+		{"behind one lower and one higher", 1000, []int32{0, 2000}, 1, true},
+		{"equal priority: preemption would not pick them either", 0, []int32{0, 0}, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			objs := []any{withPriority(statusPod(), tt.pending), genClaim(Request("gpu", GPUClassName))}
+			objs = append(objs, holding("a", "gpu-0", tt.holders[0])...)
+			objs = append(objs, holding("b", "gpu-1", tt.holders[1])...)
+			v := verdictOf(t, podName, world(objs...)...)
+			checkVerdict(t, v, want{classify.CapacityExhausted, classify.LayerScheduler, claimName, "", ""})
+			if v.LowerPriorityHolders != tt.want {
+				t.Errorf("LowerPriorityHolders = %d, want %d", v.LowerPriorityHolders, tt.want)
+			}
+			var ev []string
+			for _, l := range v.Links {
+				ev = append(ev, l.Evidence...)
+			}
+			if got := strings.Contains(strings.Join(ev, "\n"), "preemption will not help"); got != tt.evidence {
+				t.Errorf("preemption evidence = %v, want %v:\n%s", got, tt.evidence, strings.Join(ev, "\n"))
+			}
+			// The scrape path (no evidence) counts the same.
+			for _, b := range classify.Blocked(snapshotOf(t, world(objs...)...)) {
+				if b.Pod.Key.Name == podName && b.LowerPriorityHolders != tt.want {
+					t.Errorf("Blocked: LowerPriorityHolders = %d, want %d", b.LowerPriorityHolders, tt.want)
+				}
 			}
 		})
 	}

@@ -31,6 +31,10 @@ type Link struct {
 	State    State
 	Reason   Reason // set when State is Fail
 	Evidence []string
+
+	// lowerPriorityHolders counts, on a capacity failure, the pods of lower
+	// priority that hold matching devices.
+	lowerPriorityHolders int
 }
 
 // Verdict is the decision tree's answer for one pod.
@@ -55,6 +59,11 @@ type Verdict struct {
 	// ReadyDespite is set when the pod is Ready although a link fails
 	// (Reason and Layer name it); the pod is not blocked.
 	ReadyDespite bool
+	// LowerPriorityHolders, for capacity_exhausted, counts the pods of
+	// lower priority than this one that hold matching devices. The
+	// scheduler does not preempt pods to free DRA devices, so a pod
+	// waiting behind them waits for good.
+	LowerPriorityHolders int
 }
 
 // Pod walks the decision tree for one pod, with the evidence of every link
@@ -172,6 +181,7 @@ func (w *walker) conclude() {
 	v.Layer = w.failed.Reason.Layer()
 	v.Claim = w.fName
 	v.DeviceClass = w.failed.Class
+	v.LowerPriorityHolders = w.failed.lowerPriorityHolders
 	v.Node = w.p.Obj.Spec.NodeName
 	c := w.fClaim
 	if c == nil && v.Layer != LayerController && v.Layer != LayerScheduler {

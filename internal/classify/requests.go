@@ -85,6 +85,13 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	}
 	failed := func(l Link, reason Reason, ev ...string) check {
 		l.State, l.Reason, l.Evidence = Fail, reason, ev
+		if reason == CapacityExhausted {
+			sel := w.s.Select(cand.class, cand.selectors, cand.tolerations)
+			l.lowerPriorityHolders = sel.LowerPriorityHolders(w.s, w.p.Priority())
+			if w.explain && l.lowerPriorityHolders > 0 {
+				l.Evidence = append(l.Evidence, w.preemptionEvidence(sel, l.lowerPriorityHolders)...)
+			}
+		}
 		ch.links = append(ch.links, l)
 		ch.fail = reason
 		return ch
@@ -171,6 +178,19 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	capLink.State, capLink.Evidence = Pass, []string{fmt.Sprintf("%d of %d matching devices are free (%d on %s), the request needs %d", sel.Free, len(selected), sel.BestNodeFree, nodeName(sel.BestNode), need)}
 	ch.links = append(ch.links, capLink)
 	return ch
+}
+
+// preemptionEvidence names the lower-priority holders of the matching
+// devices: the scheduler's preemption does not free DRA devices.
+func (w *walker) preemptionEvidence(sel *index.Selection, n int) []string {
+	var names []string
+	for _, p := range sel.Holders(w.s)[:n] {
+		names = append(names, fmt.Sprintf("%s (priority %d)", p.Key, p.Priority()))
+	}
+	return []string{
+		fmt.Sprintf("%d pods of lower priority than this pod's %d hold matching devices: %s", n, w.p.Priority(), summarize(names, "pods")),
+		"the scheduler does not preempt pods to free DRA devices: preemption will not help; free a device (scale down or delete a lower-priority holder), or let a queue such as Kueue preempt",
+	}
 }
 
 func nodeName(n string) string {

@@ -4,10 +4,12 @@ package index
 // how many of those a new allocation could have, per node.
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
 
@@ -50,6 +52,52 @@ type Selection struct {
 
 	freeOn      map[string]int
 	networkFree int
+
+	holdersOnce sync.Once
+	holders     []*Pod // pods holding kept devices, by priority
+}
+
+// Holders returns the pods that hold the kept devices (through the claims
+// allocated to them, reserved for the pods), each once, lowest priority
+// first. It is computed once per selection: every pod blocked on the same
+// request asks the same question.
+func (sel *Selection) Holders(s *Snapshot) []*Pod {
+	sel.holdersOnce.Do(func() {
+		seen := map[*Pod]bool{}
+		for _, d := range sel.Devices {
+			for _, c := range s.AllocatedTo(d.Key) {
+				for _, r := range c.Obj.Status.ReservedFor {
+					if r.Resource != "pods" || r.APIGroup != "" {
+						continue
+					}
+					if p := s.Pod(Key{c.Key.Namespace, r.Name}); p != nil && p.UID == r.UID && !seen[p] {
+						seen[p] = true
+						sel.holders = append(sel.holders, p)
+					}
+				}
+			}
+		}
+		slices.SortStableFunc(sel.holders, func(a, b *Pod) int {
+			if c := cmp.Compare(a.Priority(), b.Priority()); c != 0 {
+				return c
+			}
+			return strings.Compare(a.Key.String(), b.Key.String())
+		})
+	})
+	return sel.holders
+}
+
+// LowerPriorityHolders returns how many holders of the kept devices have a
+// priority below prio.
+func (sel *Selection) LowerPriorityHolders(s *Snapshot, prio int32) int {
+	h := sel.Holders(s)
+	n, _ := slices.BinarySearchFunc(h, prio, func(p *Pod, prio int32) int {
+		if p.Priority() < prio {
+			return -1
+		}
+		return 1
+	})
+	return n
 }
 
 // FreeOn returns how many kept devices a new allocation on the node could

@@ -227,6 +227,15 @@ type Pod struct {
 	ExtendedRequests map[string]int64
 }
 
+// Priority is spec.priority (set from the PriorityClass at admission; 0
+// when none).
+func (p *Pod) Priority() int32 {
+	if p.Obj.Spec.Priority != nil {
+		return *p.Obj.Spec.Priority
+	}
+	return 0
+}
+
 // Group returns the name of the PodGroup the pod belongs to, "" when none.
 func (p *Pod) Group() string {
 	if g := p.Obj.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {

@@ -88,6 +88,8 @@ func (t Trimmer) pod(in *corev1.Pod) *corev1.Pod {
 	out.Spec.ResourceClaims = in.Spec.ResourceClaims
 	out.Spec.SchedulingGroup = in.Spec.SchedulingGroup
 	out.Spec.SchedulingGates = in.Spec.SchedulingGates
+	out.Spec.Priority = in.Spec.Priority
+	out.Spec.PriorityClassName = in.Spec.PriorityClassName
 	out.Spec.Containers = trimContainers(in.Spec.Containers)
 	out.Spec.InitContainers = trimContainers(in.Spec.InitContainers)
 	st := &in.Status

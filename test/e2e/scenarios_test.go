@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 )
@@ -128,14 +130,58 @@ func TestCapacityExhausted(t *testing.T) {
 			t.Fatalf("%s scheduled to %s, want gpu-node-3", name, p.Spec.NodeName)
 		}
 	}
-	createPod(t, cluster.PodWithTemplate(ns, "l4-worker-2", "l4"))
-	eventually(t, waitMetric, "third L4 pod capacity_exhausted", func(m cluster.Metrics) error {
+	// The third pod outranks both workers: with the device plugin the
+	// scheduler would preempt one; for DRA devices it does not.
+	critical := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: ns + "-critical"}, Value: 1000000}
+	if _, err := env.cp.Client.SchedulingV1().PriorityClasses().Create(ctx, critical, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.cp.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), critical.Name, metav1.DeleteOptions{}) })
+	third := cluster.PodWithTemplate(ns, "l4-worker-2", "l4")
+	third.Spec.PriorityClassName = critical.Name
+	createPod(t, third)
+	eventually(t, waitMetric, "third L4 pod capacity_exhausted, behind two lower-priority holders", func(m cluster.Metrics) error {
 		if err := one(m, "dra_pod_blocked", blockedLabels(ns, "l4-worker-2", "scheduler", "capacity_exhausted"), 1); err != nil {
+			return err
+		}
+		if err := one(m, "dra_pod_lower_priority_holders", map[string]string{"namespace": ns, "pod": "l4-worker-2", "device_class": cluster.GPUClass}, 2); err != nil {
 			return err
 		}
 		return one(m, "dra_device_class_devices", map[string]string{"device_class": cluster.GPUClass, "node": "gpu-node-3", "state": "free"}, 0)
 	})
-	explain(t, ns+"/l4-worker-2", "reason=capacity_exhausted")
+	// The scheduler has tried (and, for DRA devices, declined) to preempt
+	// once the pod is marked unschedulable: the workers keep their GPUs.
+	unschedulable(t, ns, "l4-worker-2")
+	for i := 0; i < 2; i++ {
+		p, err := env.cp.Client.CoreV1().Pods(ns).Get(ctx, fmt.Sprintf("l4-worker-%d", i), metav1.GetOptions{})
+		if err != nil || p.DeletionTimestamp != nil {
+			t.Fatalf("the scheduler preempted l4-worker-%d for a DRA device (err %v): the no-preemption evidence would be wrong", i, err)
+		}
+	}
+	if out := explain(t, ns+"/l4-worker-2", "reason=capacity_exhausted"); !strings.Contains(out, "preemption will not help") {
+		t.Errorf("explain does not say that preemption will not help:\n%s", out)
+	}
+}
+
+// unschedulable waits for the scheduler to mark a pod PodScheduled=False
+// (its scheduling cycle, preemption included, is over).
+func unschedulable(t *testing.T, ns, name string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := env.cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%s/%s not marked unschedulable: %v", ns, name, err)
+	}
 }
 
 // A request for a DeviceClass that does not exist.
