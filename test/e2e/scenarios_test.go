@@ -136,7 +136,9 @@ func TestCapacityExhausted(t *testing.T) {
 	if _, err := env.cp.Client.SchedulingV1().PriorityClasses().Create(ctx, critical, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.cp.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), critical.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = env.cp.Client.SchedulingV1().PriorityClasses().Delete(context.Background(), critical.Name, metav1.DeleteOptions{})
+	})
 	third := cluster.PodWithTemplate(ns, "l4-worker-2", "l4")
 	third.Spec.PriorityClassName = critical.Name
 	createPod(t, third)
