@@ -109,6 +109,10 @@ fuzz: ## Fuzz the index and classifier for 2 minutes.
 docs: ## Regenerate docs/metrics.md from the code.
 	$(GO) run ./cmd/dra-exporter docs > docs/metrics.md
 
+.PHONY: dashboards
+dashboards: ## Regenerate the Grafana dashboards dashboards/*.json from the Go code in dashboards/.
+	$(GO) run ./dashboards/gen -dir dashboards
+
 STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(CACHE)/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 

@@ -3,6 +3,7 @@ module github.com/dra-exporter/dra-exporter
 go 1.26.7
 
 require (
+	github.com/grafana/grafana-foundation-sdk/go v0.0.22
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.74.0

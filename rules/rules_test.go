@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/prometheus/common/model"
-	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	"github.com/prometheus/prometheus/promql/parser"
 	yaml "go.yaml.in/yaml/v3"
@@ -37,46 +36,6 @@ var upstreamLabels = newSet(
 	"error_type",      // NVIDIA DRA driver
 	"extension_point", // kube-scheduler
 )
-
-// upstreamMetrics are the series of other components the rules read, and
-// where they come from. Histograms are listed by their base name.
-var upstreamMetrics = map[string]string{
-	"up": "Prometheus, per scrape target",
-
-	// kubelet, k8s.io/kubernetes/pkg/kubelet/metrics (subsystem dra).
-	"dra_operations_duration_seconds":      "kubelet histogram {operation_name, is_error}",
-	"dra_grpc_operations_duration_seconds": "kubelet histogram {driver_name, method_name, grpc_status_code}",
-	"dra_resource_claims_in_use":           "kubelet gauge {driver_name}",
-
-	// kube-controller-manager.
-	"workqueue_depth":                                         "client-go work queues {name}; the resourceclaim controller's is name=resource_claim",
-	"resourceclaim_controller_creates_total":                  "Kubernetes 1.34-1.36 counter {status, admin_access}",
-	"resourceclaim_controller_resource_claims":                "Kubernetes 1.34-1.36 gauge {allocated, admin_access, source}",
-	"dynamic_resource_allocation_resourceclaim_creates_total": "Kubernetes 1.37 counter {status, admin_access, owner_api_group, owner_api_kind}",
-	"dynamic_resource_allocation_resource_claims":             "Kubernetes 1.37 gauge {allocated, admin_access, source}",
-
-	// kube-scheduler.
-	"scheduler_plugin_execution_duration_seconds": "scheduler histogram {plugin, extension_point, status}",
-
-	// NVIDIA DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu), kubelet plugin.
-	"nvidia_dra_node_prepare_errors_total":   "counter {driver, error_type}",
-	"nvidia_dra_node_unprepare_errors_total": "counter {driver, error_type}",
-	"nvidia_dra_request_duration_seconds":    "histogram {driver, operation}",
-	"nvidia_dra_prepared_devices":            "gauge {node, driver, device_type}",
-
-	// NVIDIA dcgm-exporter: labels gpu, UUID, pci_bus_id, modelName, Hostname or hostname.
-	"DCGM_FI_DEV_GPU_UTIL":    "dcgm-exporter gauge, percent",
-	"DCGM_FI_DEV_FB_USED":     "dcgm-exporter gauge, MiB",
-	"DCGM_FI_DEV_FB_FREE":     "dcgm-exporter gauge, MiB",
-	"DCGM_FI_DEV_POWER_USAGE": "dcgm-exporter gauge, watts",
-}
-
-var upstreamHistograms = []string{
-	"dra_operations_duration_seconds",
-	"dra_grpc_operations_duration_seconds",
-	"scheduler_plugin_execution_duration_seconds",
-	"nvidia_dra_request_duration_seconds",
-}
 
 var (
 	alertNameRE  = regexp.MustCompile(`^DRA[A-Z][A-Za-z0-9]*$`)
@@ -160,12 +119,12 @@ func TestRuleNamesAreUnique(t *testing.T) {
 func TestMetricNamesExist(t *testing.T) {
 	files := loadBundle(t)
 	known := exporterMetrics(t)
-	for name := range upstreamMetrics {
+	for name := range UpstreamMetrics {
 		known[name] = "upstream"
 	}
-	for _, h := range upstreamHistograms {
-		if _, ok := upstreamMetrics[h]; !ok {
-			t.Fatalf("upstream histogram %s is not in upstreamMetrics", h)
+	for _, h := range UpstreamHistograms {
+		if _, ok := UpstreamMetrics[h]; !ok {
+			t.Fatalf("upstream histogram %s is not in UpstreamMetrics", h)
 		}
 		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 			known[h+suffix] = "upstream"
@@ -190,7 +149,7 @@ func TestMetricNamesExist(t *testing.T) {
 					t.Errorf("%s: %s: %v", f.name, r.Alert+r.Record, err)
 					continue
 				}
-				for _, name := range metricNames(expr) {
+				for _, name := range MetricNames(expr) {
 					if name == "" {
 						t.Errorf("%s: %s: a selector without a metric name", f.name, r.Alert+r.Record)
 					} else if _, ok := known[name]; !ok {
@@ -481,27 +440,6 @@ func TestPromtoolCoverage(t *testing.T) {
 			t.Errorf("%s: no promtool test file loads it", f.name)
 		}
 	}
-}
-
-// metricNames returns the metric name of every selector in expr ("" for a
-// selector without one).
-func metricNames(expr parser.Expr) []string {
-	var names []string
-	parser.Inspect(expr, func(node parser.Node, _ []parser.Node) error {
-		vs, ok := node.(*parser.VectorSelector)
-		if !ok {
-			return nil
-		}
-		name := vs.Name
-		for _, m := range vs.LabelMatchers {
-			if name == "" && m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
-				name = m.Value
-			}
-		}
-		names = append(names, name)
-		return nil
-	})
-	return names
 }
 
 // labelNames returns the labels expr groups or matches on (by, without, on,
