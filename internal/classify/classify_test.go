@@ -128,11 +128,56 @@ func linkSummary(v classify.Verdict) string {
 	return strings.Join(parts, "; ")
 }
 
+// withBinding gives the claim's first device the binding conditions of a
+// fabric-attached GPU (KEP-5007) and the conditions of its status.devices.
+func withBinding(c *resourceapi.ResourceClaim, conds ...metav1.Condition) *resourceapi.ResourceClaim {
+	c = c.DeepCopy()
+	r := &c.Status.Allocation.Devices.Results[0]
+	r.BindingConditions = []string{"gpu.example.com/attached"}
+	r.BindingFailureConditions = []string{"gpu.example.com/attach-failed"}
+	c.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: r.Driver, Pool: r.Pool, Device: r.Device, Conditions: conds}}
+	return c
+}
+
+// Binding conditions (KEP-5007): the scheduler waits for them before it
+// binds the pod, and gives the allocation up on a failure condition.
+func TestBindingConditions(t *testing.T) {
+	reserved := ReservedFor(Allocated(genClaim(), "node-1", T0.Add(-time.Minute), Result("gpu", "node-1", "gpu-0")), statusPod())
+	cond := func(typ string, st metav1.ConditionStatus) metav1.Condition {
+		return metav1.Condition{Type: typ, Status: st, Reason: "Test", LastTransitionTime: metav1.NewTime(T0)}
+	}
+	tests := []struct {
+		name    string
+		claim   *resourceapi.ResourceClaim
+		blocked bool
+		step    string // the last link, and its state
+		state   classify.State
+	}{
+		{"no condition set yet: waiting", withBinding(reserved), false, "device binding conditions", classify.Wait},
+		{"attach in progress: waiting", withBinding(reserved, cond("gpu.example.com/attached", metav1.ConditionFalse)), false, "device binding conditions", classify.Wait},
+		{"attached: binding", withBinding(reserved, cond("gpu.example.com/attached", metav1.ConditionTrue)), false, "pod bound to a node", classify.Wait},
+		{"attach failed", withBinding(reserved, cond("gpu.example.com/attached", metav1.ConditionFalse), cond("gpu.example.com/attach-failed", metav1.ConditionTrue)), true, "device binding conditions", classify.Fail},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := verdictOf(t, podName, world(statusPod(), tt.claim)...)
+			if v.Blocked != tt.blocked || (tt.blocked && v.Reason != classify.BindingFailed) {
+				t.Errorf("blocked=%v reason=%s, want blocked=%v (binding_failed when blocked): %s", v.Blocked, v.Reason, tt.blocked, linkSummary(v))
+			}
+			last := v.Links[len(v.Links)-1]
+			if last.Step != tt.step || last.State != tt.state {
+				t.Errorf("last link %q %s, want %q %s: %s", last.Step, last.State, tt.step, tt.state, linkSummary(v))
+			}
+		})
+	}
+}
+
 func TestEveryReason(t *testing.T) {
 	gpu0 := Result("gpu", "node-1", "gpu-0")
 	allocatedClaim := Allocated(genClaim(), "node-1", T0.Add(-time.Minute), gpu0)
 	reservedClaim := ReservedFor(allocatedClaim, statusPod())
 	boundPod := Bound(statusPod(), "node-1")
+	attachFailed := withBinding(reservedClaim, metav1.Condition{Type: "gpu.example.com/attach-failed", Status: metav1.ConditionTrue, Reason: "FabricError", LastTransitionTime: metav1.NewTime(T0)})
 
 	tests := []struct {
 		name string
@@ -158,6 +203,8 @@ func TestEveryReason(t *testing.T) {
 			want{classify.Unallocated, classify.LayerScheduler, claimName, "", ""}},
 		{"not_reserved", podName, world(statusPod(), ReservedFor(allocatedClaim, Pod("notebook-a", "uid-a"))),
 			want{classify.NotReserved, classify.LayerScheduler, claimName, "node-1", "gpu-0"}},
+		{"binding_failed", podName, world(statusPod(), attachFailed),
+			want{classify.BindingFailed, classify.LayerScheduler, claimName, "node-1", "gpu-0"}},
 		{"node_prepare_failed", podName, world(boundPod, reservedClaim,
 			Event("prep", boundPod, vocab.FailedPrepareDynamicResources, "NodePrepareResources: driver gpu.nvidia.com: timeout", T0)),
 			want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"}},
@@ -197,8 +244,8 @@ func TestEveryReason(t *testing.T) {
 			t.Errorf("reason %s has no case", r)
 		}
 	}
-	if len(classify.Reasons) != 12 {
-		t.Errorf("%d reasons, want the design's 11 and node_not_ready", len(classify.Reasons))
+	if len(classify.Reasons) != 13 {
+		t.Errorf("%d reasons, want the design's 11, node_not_ready and binding_failed", len(classify.Reasons))
 	}
 }
 
@@ -208,6 +255,7 @@ func TestReasonLayersAndMeanings(t *testing.T) {
 		classify.DeviceClassNotFound: classify.LayerScheduler, classify.NoDevicesForClass: classify.LayerScheduler,
 		classify.SelectorMatchesNothing: classify.LayerScheduler, classify.CapacityExhausted: classify.LayerScheduler,
 		classify.Unallocated: classify.LayerScheduler, classify.NotReserved: classify.LayerScheduler,
+		classify.BindingFailed: classify.LayerScheduler,
 		classify.NodeNotReady:      classify.LayerNode,
 		classify.NodePrepareFailed: classify.LayerNode, classify.NodePreparePending: classify.LayerNode,
 		classify.NotReady: classify.LayerApplication,

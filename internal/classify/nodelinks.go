@@ -5,6 +5,9 @@ package classify
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"fmt"
 	"strings"
@@ -23,6 +26,9 @@ func (w *walker) walkPod() {
 		return
 	}
 	if pod.Spec.NodeName == "" {
+		if w.walkBindingConditions() {
+			return
+		}
 		l := Link{Step: "pod bound to a node", Layer: LayerScheduler, State: Wait,
 			Evidence: []string{"every claim is allocated and reserved for the pod; binding is in progress (not a DRA failure)"}}
 		l.Evidence = append(l.Evidence, w.schedulingEvidence()...)
@@ -177,4 +183,66 @@ func nodeFailure(events []*index.Event) *index.Event {
 		}
 	}
 	return nil
+}
+
+// walkBindingConditions checks the binding conditions (KEP-5007) of the
+// allocated devices of an unbound pod: the scheduler binds the pod only when
+// every binding condition of every device is True in the claim's
+// status.devices, and gives the allocation up when a binding failure
+// condition turns True. It reports whether it added the pod's last link.
+func (w *walker) walkBindingConditions() bool {
+	var waiting []string
+	for _, pc := range w.claims {
+		c := pc.Claim
+		if c == nil || !c.Allocated() {
+			continue
+		}
+		for _, r := range c.Obj.Status.Allocation.Devices.Results {
+			if len(r.BindingConditions) == 0 && len(r.BindingFailureConditions) == 0 {
+				continue
+			}
+			dev := fmt.Sprintf("%s/%s/%s", r.Driver, r.Pool, r.Device)
+			conds := deviceConditions(c, r)
+			for _, f := range r.BindingFailureConditions {
+				if cond := meta.FindStatusCondition(conds, f); cond != nil && cond.Status == metav1.ConditionTrue {
+					l := Link{Step: "device binding conditions", Claim: c.Key.Name, Class: c.Requests[r.Request], Reason: BindingFailed, Evidence: []string{
+						fmt.Sprintf("device %s: binding failure condition %s is True (%s: %s) since %s; the scheduler gives the allocation up and retries",
+							dev, f, cond.Reason, cond.Message, cond.LastTransitionTime.UTC().Format("2006-01-02T15:04:05Z"))}}
+					l.Evidence = append(l.Evidence, w.schedulingEvidence()...)
+					w.fail(l, c, c.Key.Name)
+					return true
+				}
+			}
+			for _, b := range r.BindingConditions {
+				if cond := meta.FindStatusCondition(conds, b); cond == nil || cond.Status != metav1.ConditionTrue {
+					waiting = append(waiting, fmt.Sprintf("device %s (claim %s): binding condition %s is %s", dev, c.Key.Name, b, conditionState(cond)))
+				}
+			}
+		}
+	}
+	if len(waiting) == 0 {
+		return false
+	}
+	l := Link{Step: "device binding conditions", Layer: LayerScheduler, State: Wait, Evidence: append([]string{
+		"the scheduler waits to bind the pod until every binding condition of its devices is True (set by the device's controller, for example an attach of a fabric device); not a failure yet"}, waiting...)}
+	w.add(l)
+	return true
+}
+
+// deviceConditions returns the conditions the claim's status.devices holds
+// for an allocated device.
+func deviceConditions(c *index.Claim, r resourceapi.DeviceRequestAllocationResult) []metav1.Condition {
+	for _, d := range c.Obj.Status.Devices {
+		if d.Driver == r.Driver && d.Pool == r.Pool && d.Device == r.Device {
+			return d.Conditions
+		}
+	}
+	return nil
+}
+
+func conditionState(c *metav1.Condition) string {
+	if c == nil {
+		return "not set yet"
+	}
+	return string(c.Status)
 }

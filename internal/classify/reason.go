@@ -16,9 +16,10 @@ const (
 )
 
 // Reason is a failing link of the decision tree. The set is closed: the
-// eleven reasons of the design, and node_not_ready, which keeps the pods of
-// a dead node (marked not Ready by the node lifecycle controller) from
-// reading as an application failure.
+// eleven reasons of the design; node_not_ready, which keeps the pods of a
+// dead node (marked not Ready by the node lifecycle controller) from
+// reading as an application failure; and binding_failed, a device's binding
+// failure condition (KEP-5007) while the scheduler waits to bind the pod.
 type Reason string
 
 // The reasons, in tree order: when several links fail, the earliest wins.
@@ -31,6 +32,7 @@ const (
 	CapacityExhausted      Reason = "capacity_exhausted"
 	Unallocated            Reason = "unallocated"
 	NotReserved            Reason = "not_reserved"
+	BindingFailed          Reason = "binding_failed"
 	NodeNotReady           Reason = "node_not_ready"
 	NodePrepareFailed      Reason = "node_prepare_failed"
 	NodePreparePending     Reason = "node_prepare_pending"
@@ -40,7 +42,7 @@ const (
 // Reasons lists every reason in tree order.
 var Reasons = []Reason{
 	ClaimNotCreated, ClaimNotFound, DeviceClassNotFound, NoDevicesForClass,
-	SelectorMatchesNothing, CapacityExhausted, Unallocated, NotReserved,
+	SelectorMatchesNothing, CapacityExhausted, Unallocated, NotReserved, BindingFailed,
 	NodeNotReady, NodePrepareFailed, NodePreparePending, NotReady,
 }
 
@@ -53,6 +55,7 @@ var reasonLayer = map[Reason]Layer{
 	CapacityExhausted:      LayerScheduler,
 	Unallocated:            LayerScheduler,
 	NotReserved:            LayerScheduler,
+	BindingFailed:          LayerScheduler,
 	NodeNotReady:           LayerNode,
 	NodePrepareFailed:      LayerNode,
 	NodePreparePending:     LayerNode,
@@ -68,6 +71,7 @@ var reasonMeaning = map[Reason]string{
 	CapacityExhausted:      "matching devices exist, but no node has enough of them free for the request",
 	Unallocated:            "the claim is still unallocated for another reason (constraints, node affinity, taints, node resources)",
 	NotReserved:            "the claim is allocated, but status.reservedFor does not name this pod",
+	BindingFailed:          "a device's binding failure condition is True: its controller could not make it ready for the pod (the scheduler releases the allocation and retries)",
 	NodeNotReady:           "the pod is bound to a node whose Ready condition is False or Unknown (kubelet down, node unreachable)",
 	NodePrepareFailed:      "the pod is bound and the kubelet reported a DRA prepare failure",
 	NodePreparePending:     "the pod is bound and its containers have not started yet (devices being prepared, sandbox or image pending)",
