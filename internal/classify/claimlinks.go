@@ -55,7 +55,10 @@ func (w *walker) walkClaim(pc index.PodClaim, gated bool) {
 	}
 
 	if !c.Allocated() {
-		if ok, class := w.walkRequests(c); ok {
+		if ok, class := w.walkRequests(c); ok && w.waitsForGroup() {
+			w.add(Link{Step: "pod group quorum", Layer: LayerScheduler, Claim: c.Key.Name, Class: class, State: Wait, Evidence: w.groupEvidence()})
+			w.waiting = true
+		} else if ok {
 			l := Link{Step: "claim allocated", Claim: c.Key.Name, Class: class, Reason: Unallocated}
 			l.Evidence = append([]string{"every request has free matching devices, yet the claim is unallocated: look at node resources, affinity, taints and claim constraints"}, w.schedulingEvidence()...)
 			w.fail(l, c, c.Key.Name)
@@ -115,4 +118,41 @@ func (w *walker) schedulingEvidence() []string {
 		}
 	}
 	return nil
+}
+
+// waitsForGroup reports whether an unallocated claim is held back by gang
+// scheduling: the pod belongs to a PodGroup, and the scheduler has either
+// said nothing about it (a gang member waits in Permit until minCount
+// members fit; the claims are allocated only after that) or said that it
+// waits for the group. A FailedScheduling in other words is a real failure.
+func (w *walker) waitsForGroup() bool {
+	if w.p.Group() == "" {
+		return false
+	}
+	for _, e := range w.s.PodEvents(w.p) {
+		if e.Reason == vocab.FailedScheduling {
+			return vocab.GangWaiting(e.Message)
+		}
+	}
+	for _, c := range w.p.Obj.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Message != "" {
+			return vocab.GangWaiting(c.Message)
+		}
+	}
+	return true
+}
+
+func (w *walker) groupEvidence() []string {
+	group := w.p.Group()
+	bound, members := 0, 0
+	for _, p := range w.s.Pods {
+		if p.Key.Namespace == w.p.Key.Namespace && p.Group() == group && !p.Terminal() {
+			members++
+			if p.Obj.Spec.NodeName != "" {
+				bound++
+			}
+		}
+	}
+	ev := []string{fmt.Sprintf("the pod belongs to PodGroup %s/%s (%d members seen, %d bound); every request has free matching devices, and the scheduler allocates a gang member's claims only once the group's minCount members fit: waiting for the group, not a DRA failure", w.p.Key.Namespace, group, members, bound)}
+	return append(ev, w.schedulingEvidence()...)
 }

@@ -110,3 +110,40 @@ func TestLowerPriorityHolders(t *testing.T) {
 		})
 	}
 }
+
+// A gang member's claims are allocated only once minCount members fit: until
+// then it waits for its group, unless the scheduler says something else.
+func TestGangMemberWaitsForItsGroup(t *testing.T) {
+	member := func() *corev1.Pod {
+		p := statusPod()
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: Ptr("llama-pretrain")}
+		return p
+	}
+	unschedulable := func(p *corev1.Pod, msg string) *corev1.Pod {
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable", Message: msg})
+		return p
+	}
+	tests := []struct {
+		name    string
+		pod     *corev1.Pod
+		blocked classify.Reason // "" when waiting
+	}{
+		{"a member the scheduler has said nothing about", member(), ""},
+		{"a member the gang plugin holds", unschedulable(member(), "waiting for minCount pods from a gang to appear in scheduling queue"), ""},
+		{"a member rejected for another reason", unschedulable(member(), "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."), classify.Unallocated},
+		{"a pod of no group", statusPod(), classify.Unallocated},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := verdictOf(t, podName, world(tt.pod, genClaim())...)
+			if got := v.Reason; v.Blocked != (tt.blocked != "") || (v.Blocked && got != tt.blocked) {
+				t.Errorf("blocked=%v reason=%q, want %q: %s", v.Blocked, got, tt.blocked, linkSummary(v))
+			}
+			if tt.blocked == "" {
+				if last := v.Links[len(v.Links)-1]; last.Step != "pod group quorum" || last.State != classify.Wait {
+					t.Errorf("last link %q %s, want the group's WAIT: %s", last.Step, last.State, linkSummary(v))
+				}
+			}
+		})
+	}
+}

@@ -56,7 +56,7 @@ func Format(w io.Writer, v Verdict) error {
 	case p.Ready():
 		b.WriteString("Verdict: READY  every link passes\n")
 	default:
-		b.WriteString("Verdict: WAITING  no DRA link fails; the pod is being bound\n")
+		fmt.Fprintf(b, "Verdict: WAITING  no DRA link fails; %s\n", waitingFor(v))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -67,4 +67,23 @@ var layerAdvice = map[Layer]string{
 	LayerScheduler:   "Check DeviceClass, ResourceSlices (is the driver publishing?), CEL selectors and the scheduler's events; do not set spec.nodeName by hand",
 	LayerNode:        "Check the kubelet, the DRA driver's kubelet plugin (gRPC NodePrepareResources), CDI and the container runtime on the node",
 	LayerApplication: "The GPU is prepared; check the model load, readiness probe, storage and network of the workload",
+}
+
+// waitingFor says what a pod that no link fails waits for: the last WAIT
+// link (its group, its devices' binding conditions), else its binding.
+func waitingFor(v Verdict) string {
+	for i := len(v.Links) - 1; i >= 0; i-- {
+		if l := v.Links[i]; l.State == Wait {
+			switch l.Step {
+			case "pod group quorum":
+				return "the pod waits for the other members of its PodGroup"
+			case "device binding conditions":
+				return "the scheduler waits for its devices' binding conditions"
+			case "pod released to the scheduler":
+				return "the pod waits for its scheduling gates to be removed"
+			}
+			break
+		}
+	}
+	return "the pod is being bound"
 }

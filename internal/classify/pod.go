@@ -122,6 +122,9 @@ type walker struct {
 	explain bool
 	// claims are the pod's claims, resolved once per walk.
 	claims []index.PodClaim
+	// waiting is set when a Wait link ends the walk (a gang member
+	// waiting for its group).
+	waiting bool
 	// first failure so far
 	failed *Link
 	fClaim *index.Claim
@@ -158,7 +161,9 @@ func (w *walker) walk() {
 		w.conclude()
 		return
 	}
-	w.walkPod()
+	if !w.waiting {
+		w.walkPod()
+	}
 	w.conclude()
 }
 

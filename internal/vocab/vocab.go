@@ -105,6 +105,23 @@ func WaitsPastPrepare(reason string) bool {
 	return false
 }
 
+// gangWaitingWording is how the scheduler's gang scheduling plugin words a
+// pod held for its PodGroup's quorum ("waiting for minCount pods from a gang
+// ...", "... tree to meet quorum", "minCount (4) is not yet satisfied").
+var gangWaitingWording = []string{"waiting for mincount", "to meet quorum", "is not yet satisfied", "pod group"}
+
+// GangWaiting reports whether a scheduler message says that the pod waits
+// for the other members of its PodGroup.
+func GangWaiting(message string) bool {
+	m := strings.ToLower(message)
+	for _, w := range gangWaitingWording {
+		if strings.Contains(m, w) {
+			return true
+		}
+	}
+	return false
+}
+
 // CrashLoopBackOff is the kubelet's waiting reason for a container it
 // restarts with back-off; the last termination says why it stopped.
 const CrashLoopBackOff = "CrashLoopBackOff"
