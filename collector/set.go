@@ -23,6 +23,7 @@ func ClusterCollectors(cfg Config) []Collector {
 		NewBlockedCollector(),
 		NewLeakCollector(cfg.UnreservedGrace),
 		NewConflictCollector(),
+		NewHeldCollector(),
 		NewLaneCollector(),
 		NewPodCollector(cfg.PodLabels),
 	}

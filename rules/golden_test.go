@@ -214,6 +214,14 @@ func expectedGoldenAlerts(samples []sample) map[string]bool {
 			if v > 0 {
 				want[alertKey("DRAPodWaitsBehindLowerPriority", "warning", s.labels)] = true
 			}
+		case "dra_allocated_device_health":
+			if s.labels["health"] == "unhealthy" && v == 1 {
+				want[alertKey("DRAPodOnUnhealthyDevice", "critical", s.labels)] = true
+			}
+		case "dra_allocated_device_taint":
+			if e := s.labels["effect"]; (e == "NoSchedule" || e == "NoExecute") && v == 1 {
+				want[alertKey("DRAPodOnTaintedDevice", "warning", s.labels)] = true
+			}
 		case "dra_device_allocation_conflict":
 			if v == 1 {
 				want[alertKey("DRADeviceDoubleAllocated", "critical", s.labels)] = true

@@ -91,7 +91,7 @@ func renderReference(defs []*collector.Def) string {
 	b.WriteString("| `lane` | `dra`, `dra-extended`, `device-plugin` |\n")
 	b.WriteString("| `stage` of `dra_claim_release_duration_seconds` | `unreserved`, `deallocated` |\n")
 	b.WriteString("| `stage` of `dra_pod_startup_duration_seconds` | `claim_created`, `allocated`, `bound`, `started`, `ready` |\n")
-	b.WriteString("| `resource` of self-metrics | `deviceclasses`, `resourceslices`, `resourceclaims`, `pods`, `nodes`, `events` |\n")
+	b.WriteString("| `resource` of self-metrics | `deviceclasses`, `resourceslices`, `resourceclaims`, `pods`, `nodes`, `events`, `devicetaintrules` (where served) |\n")
 
 	b.WriteString("\n## Cardinality\n\n")
 	b.WriteString("| Family | Series |\n|---|---|\n")
@@ -104,6 +104,8 @@ func renderReference(defs []*collector.Def) string {
 	b.WriteString("| `dra_pod_lower_priority_holders` | at most one per blocked DRA pod (capacity_exhausted with lower-priority holders) |\n")
 	b.WriteString("| `dra_claim_reservation_leak` | one per leaked reservation (or claim) and device |\n")
 	b.WriteString("| `dra_device_allocation_conflict` | one per claim and reserved pod holding a doubly allocated device (none in a healthy cluster) |\n")
+	b.WriteString("| `dra_allocated_device_health` | one per device a bound pod holds, where the kubelet reports health |\n")
+	b.WriteString("| `dra_allocated_device_taint` | one per taint on a device a bound pod holds (none in a healthy cluster) |\n")
 	b.WriteString("| `dra_lane_devices` | up to 3 per (lane, node, class) |\n")
 	b.WriteString("| `dra_pod_info`, `dra_pod_labels` | one per GPU pod |\n")
 	b.WriteString("| histograms | per device class (and stage), per lane and stage: 16 buckets each |\n")

@@ -132,6 +132,13 @@ func readCluster(ctx context.Context, kubeconfig, ns, name string, cfg config, n
 	for i := range slices.Items {
 		_ = add(&slices.Items[i])
 	}
+	// DeviceTaintRules are GA in 1.37; an older API server or a role
+	// without them leaves the slices' own taints.
+	if rules, err := client.ResourceV1().DeviceTaintRules().List(ctx, all); err == nil {
+		for i := range rules.Items {
+			_ = add(&rules.Items[i])
+		}
+	}
 	claims, err := client.ResourceV1().ResourceClaims("").List(ctx, all)
 	if err != nil {
 		return nil, fmt.Errorf("list resourceclaims: %w", err)

@@ -255,7 +255,7 @@ func TestReasonLayersAndMeanings(t *testing.T) {
 		classify.DeviceClassNotFound: classify.LayerScheduler, classify.NoDevicesForClass: classify.LayerScheduler,
 		classify.SelectorMatchesNothing: classify.LayerScheduler, classify.CapacityExhausted: classify.LayerScheduler,
 		classify.Unallocated: classify.LayerScheduler, classify.NotReserved: classify.LayerScheduler,
-		classify.BindingFailed: classify.LayerScheduler,
+		classify.BindingFailed:     classify.LayerScheduler,
 		classify.NodeNotReady:      classify.LayerNode,
 		classify.NodePrepareFailed: classify.LayerNode, classify.NodePreparePending: classify.LayerNode,
 		classify.NotReady: classify.LayerApplication,

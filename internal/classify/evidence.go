@@ -31,6 +31,21 @@ func (w *walker) describeResult(claim *index.Claim, r index.Result) string {
 	if r.AdminAccess {
 		b.WriteString(", admin access")
 	}
+	if d := w.s.Device(r.Device); d != nil {
+		for _, t := range w.s.Taints(d) {
+			fmt.Fprintf(b, "; taint %s", t.Key)
+			if t.Value != "" {
+				fmt.Fprintf(b, "=%s", t.Value)
+			}
+			fmt.Fprintf(b, ":%s", t.Effect)
+			if t.Rule != "" {
+				fmt.Fprintf(b, " (DeviceTaintRule %s)", t.Rule)
+			}
+		}
+	}
+	if h := deviceHealth(w.p.Obj)[r.Device]; h != "" {
+		fmt.Fprintf(b, "; the kubelet reports it %s", h)
+	}
 	if d := w.s.Device(r.Device); d != nil && !d.Shareable && !r.AdminAccess {
 		if others := otherHolders(w.s.AllocatedTo(r.Device), claim); len(others) > 0 {
 			fmt.Fprintf(b, "; DOUBLE ALLOCATION: also allocated to claim %s, and the device is not shareable (kubernetes #141471: a force-deleted pod's device prepared for a new claim)", strings.Join(others, ", "))

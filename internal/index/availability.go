@@ -6,6 +6,7 @@ package index
 import (
 	"maps"
 	"slices"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -65,7 +66,7 @@ func (s *Snapshot) availableWith(d *Device, tolerations []resourceapi.DeviceTole
 	if s.InUse(d.Key) && !d.Shareable {
 		return false
 	}
-	if tainted(d, tolerations) {
+	if tainted(s.Taints(d), tolerations) {
 		return false
 	}
 	if d.Node != "" {
@@ -99,15 +100,52 @@ func (s *Snapshot) availableWith(d *Device, tolerations []resourceapi.DeviceTole
 	return true
 }
 
+// Taint is a taint on a device: from its ResourceSlice entry, or from a
+// DeviceTaintRule (Rule names it).
+type Taint struct {
+	resourceapi.DeviceTaint
+	Rule string
+}
+
+// Taints returns the device's taints: its slice's and those of every
+// DeviceTaintRule whose selector matches it (driver, pool and device; a rule
+// without a selector matches nothing, an empty selector every device).
+func (s *Snapshot) Taints(d *Device) []Taint {
+	s.taintsOnce.Do(s.applyTaintRules)
+	out := make([]Taint, 0, len(d.Taints)+len(s.ruleTaints[d.Key]))
+	for _, t := range d.Taints {
+		out = append(out, Taint{DeviceTaint: t})
+	}
+	return append(out, s.ruleTaints[d.Key]...)
+}
+
+func (s *Snapshot) applyTaintRules() {
+	slices.SortFunc(s.TaintRules, func(a, b *resourceapi.DeviceTaintRule) int { return strings.Compare(a.Name, b.Name) })
+	for _, r := range s.TaintRules {
+		sel := r.Spec.DeviceSelector
+		if sel == nil {
+			continue
+		}
+		for _, d := range s.Devices {
+			if (sel.Driver == nil || *sel.Driver == d.Key.Driver) && (sel.Pool == nil || *sel.Pool == d.Key.Pool) && (sel.Device == nil || *sel.Device == d.Key.Device) {
+				if s.ruleTaints == nil {
+					s.ruleTaints = map[DeviceKey][]Taint{}
+				}
+				s.ruleTaints[d.Key] = append(s.ruleTaints[d.Key], Taint{DeviceTaint: r.Spec.Taint, Rule: r.Name})
+			}
+		}
+	}
+}
+
 // tainted reports whether a taint keeps a request with these tolerations
 // from the device. Like the scheduler, only the NoSchedule and NoExecute
 // effects count; None and unknown effects do not.
-func tainted(d *Device, tolerations []resourceapi.DeviceToleration) bool {
-	for _, t := range d.Taints {
+func tainted(taints []Taint, tolerations []resourceapi.DeviceToleration) bool {
+	for _, t := range taints {
 		if t.Effect != resourceapi.DeviceTaintEffectNoSchedule && t.Effect != resourceapi.DeviceTaintEffectNoExecute {
 			continue
 		}
-		if !slices.ContainsFunc(tolerations, func(tol resourceapi.DeviceToleration) bool { return resourceclaim.ToleratesTaint(tol, t) }) {
+		if !slices.ContainsFunc(tolerations, func(tol resourceapi.DeviceToleration) bool { return resourceclaim.ToleratesTaint(tol, t.DeviceTaint) }) {
 			return true
 		}
 	}

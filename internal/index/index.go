@@ -45,6 +45,7 @@ type Index struct {
 	pods        map[Key]*Pod
 	nodes       map[string]*Node
 	events      map[Key]*Event
+	taintRules  map[string]*resourceapi.DeviceTaintRule
 
 	// claimsByReservedPod maps a pod UID to the claims reserved for it.
 	claimsByReservedPod map[types.UID]map[Key]struct{}
@@ -76,6 +77,7 @@ func New(cfg Config) *Index {
 		pods:                map[Key]*Pod{},
 		nodes:               map[string]*Node{},
 		events:              map[Key]*Event{},
+		taintRules:          map[string]*resourceapi.DeviceTaintRule{},
 		claimsByReservedPod: map[types.UID]map[Key]struct{}{},
 		unreservedSince:     map[types.UID]time.Time{},
 		latency:             newLatencyTracker(cfg.Observer),
@@ -105,6 +107,8 @@ func (ix *Index) Upsert(obj any, live bool) error {
 		ix.upsertEvent(newCoreEvent(o))
 	case *eventsv1.Event:
 		ix.upsertEvent(newEventsV1Event(o))
+	case *resourceapi.DeviceTaintRule:
+		ix.taintRules[o.Name] = o
 	default:
 		return fmt.Errorf("index: unsupported object type %T", obj)
 	}
@@ -135,6 +139,8 @@ func (ix *Index) Delete(obj any) error {
 		delete(ix.events, Key{o.Namespace, o.Name})
 	case *eventsv1.Event:
 		delete(ix.events, Key{o.Namespace, o.Name})
+	case *resourceapi.DeviceTaintRule:
+		delete(ix.taintRules, o.Name)
 	default:
 		return fmt.Errorf("index: unsupported object type %T", obj)
 	}

@@ -1051,3 +1051,57 @@ func TestClassForExtendedResourceNewestWins(t *testing.T) {
 		t.Errorf("class = %v, want a (same age, lower name)", c)
 	}
 }
+
+// DeviceTaintRules (KEP-5055, GA in 1.37) taint the devices their selector
+// names; a NoSchedule or NoExecute taint keeps them out of free.
+func TestDeviceTaintRules(t *testing.T) {
+	rule := func(name string, sel *resourceapi.DeviceTaintSelector, effect resourceapi.DeviceTaintEffect) *resourceapi.DeviceTaintRule {
+		return &resourceapi.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: resourceapi.DeviceTaintRuleSpec{DeviceSelector: sel, Taint: resourceapi.DeviceTaint{Key: "gpu.nvidia.com/xid", Value: "79", Effect: effect}}}
+	}
+	slices1 := []any{GPUClass(), Slice("node-1", "node-1", 1, gpus("gpu-0", "gpu-1")...), Slice("node-2", "node-2", 1, gpus("gpu-0")...)}
+	tests := []struct {
+		name    string
+		rule    *resourceapi.DeviceTaintRule
+		tainted []string // devices with the rule's taint, as pool/device
+		free    int
+	}{
+		{"one device", rule("r", &resourceapi.DeviceTaintSelector{Driver: Ptr(Driver), Pool: Ptr("node-1"), Device: Ptr("gpu-1")}, resourceapi.DeviceTaintEffectNoSchedule), []string{"node-1/gpu-1"}, 2},
+		{"a pool", rule("r", &resourceapi.DeviceTaintSelector{Pool: Ptr("node-1")}, resourceapi.DeviceTaintEffectNoExecute), []string{"node-1/gpu-0", "node-1/gpu-1"}, 1},
+		{"an empty selector matches every device", rule("r", &resourceapi.DeviceTaintSelector{}, resourceapi.DeviceTaintEffectNoSchedule), []string{"node-1/gpu-0", "node-1/gpu-1", "node-2/gpu-0"}, 0},
+		{"no selector matches none", rule("r", nil, resourceapi.DeviceTaintEffectNoSchedule), nil, 3},
+		{"effect None does not keep devices from free", rule("r", &resourceapi.DeviceTaintSelector{}, resourceapi.DeviceTaintEffectNone), []string{"node-1/gpu-0", "node-1/gpu-1", "node-2/gpu-0"}, 3},
+		{"another driver's devices", rule("r", &resourceapi.DeviceTaintSelector{Driver: Ptr("other.example.com")}, resourceapi.DeviceTaintEffectNoSchedule), nil, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := Build(t, index.Config{}, append(slices1, tt.rule)...).Snapshot()
+			var tainted []string
+			free := 0
+			for _, d := range s.Devices {
+				for _, taint := range s.Taints(d) {
+					if taint.Rule == "r" {
+						tainted = append(tainted, d.Key.Pool+"/"+d.Key.Device)
+					}
+				}
+				if s.Available(d) {
+					free++
+				}
+			}
+			slices.Sort(tainted)
+			if !slices.Equal(tainted, tt.tainted) || free != tt.free {
+				t.Errorf("tainted %v, %d free; want %v, %d free", tainted, free, tt.tainted, tt.free)
+			}
+		})
+	}
+	t.Run("a deleted rule lets go", func(t *testing.T) {
+		r := rule("r", &resourceapi.DeviceTaintSelector{}, resourceapi.DeviceTaintEffectNoSchedule)
+		ix := Build(t, index.Config{}, append(slices1, r)...)
+		Del(t, ix, r)
+		for _, d := range ix.Snapshot().Devices {
+			if len(ix.Snapshot().Taints(d)) != 0 {
+				t.Errorf("%s still tainted", d.Key)
+			}
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -22,6 +23,8 @@ type Snapshot struct {
 	Pods    []*Pod
 	Nodes   []*Node
 	Events  []*Event // Warning events about pods that are DRA evidence
+	// TaintRules are the DeviceTaintRules, sorted by name.
+	TaintRules []*resourceapi.DeviceTaintRule
 
 	poolCounters    map[PoolKey]map[string]map[string]resource.Quantity
 	unreservedSince map[types.UID]time.Time
@@ -42,6 +45,8 @@ type Snapshot struct {
 	remaining     map[PoolKey]map[string]map[string]resource.Quantity
 
 	memoMu       sync.Mutex
+	taintsOnce   sync.Once
+	ruleTaints   map[DeviceKey][]Taint
 	selectorMemo map[string]*Selection
 
 	dpOnce sync.Once
@@ -63,6 +68,7 @@ func (ix *Index) Snapshot() *Snapshot {
 		Pods:            slices.Collect(maps.Values(ix.pods)),
 		Nodes:           slices.Collect(maps.Values(ix.nodes)),
 		Events:          slices.Collect(maps.Values(ix.events)),
+		TaintRules:      slices.Collect(maps.Values(ix.taintRules)),
 		poolCounters:    make(map[PoolKey]map[string]map[string]resource.Quantity),
 		unreservedSince: maps.Clone(ix.unreservedSince),
 		devicePlugin:    ix.devicePlugin,

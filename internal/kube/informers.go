@@ -11,6 +11,8 @@ import (
 	"runtime/debug"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
@@ -44,6 +46,9 @@ const (
 	ResPods           = "pods"
 	ResNodes          = "nodes"
 	ResEvents         = "events"
+	// ResDeviceTaintRules is watched only where the API server serves
+	// resource.k8s.io/v1 devicetaintrules (GA in 1.37).
+	ResDeviceTaintRules = "devicetaintrules"
 )
 
 // RESTConfig loads a kubeconfig file, or the in-cluster config when path is
@@ -112,6 +117,14 @@ func Start(ctx context.Context, client kubernetes.Interface, sink Sink, rec Reco
 		{ResPods, factory.Core().V1().Pods().Informer()},
 		{ResNodes, factory.Core().V1().Nodes().Informer()},
 		{ResEvents, eventFactory.Core().V1().Events().Informer()},
+	}
+	if servesDeviceTaintRules(client) {
+		sources = append(sources, struct {
+			name     string
+			informer cache.SharedIndexInformer
+		}{ResDeviceTaintRules, factory.Resource().V1().DeviceTaintRules().Informer()})
+	} else if opts.Logger != nil {
+		opts.Logger.Info("the API server does not serve resource.k8s.io/v1 devicetaintrules: device taints come from ResourceSlices only")
 	}
 	inf := &Informers{synced: map[string]cache.InformerSynced{}}
 	for _, src := range sources {
@@ -195,4 +208,22 @@ func (h handler) apply(typ string, fn func() error) {
 func (h handler) watchError(ctx context.Context, r *cache.Reflector, err error) {
 	h.rec.WatchError(h.resource)
 	cache.DefaultWatchErrorHandler(ctx, r, err)
+}
+
+// servesDeviceTaintRules asks discovery whether resource.k8s.io/v1 has
+// devicetaintrules (before 1.37 it is off by default): an informer of a
+// resource that is not served never syncs, and the exporter would render
+// nothing. A failed discovery counts as served, so that a transient error
+// shows as watch errors rather than a silently missing kind.
+func servesDeviceTaintRules(client kubernetes.Interface) bool {
+	list, err := client.Discovery().ServerResourcesForGroupVersion("resource.k8s.io/v1")
+	if err != nil {
+		return !apierrors.IsNotFound(err)
+	}
+	for _, r := range list.APIResources {
+		if r.Name == ResDeviceTaintRules {
+			return true
+		}
+	}
+	return false
 }

@@ -53,7 +53,7 @@ var decoder = serializer.NewCodecFactory(scheme.Scheme).UniversalDeserializer()
 // Supported reports whether the exporter reads objects of this kind.
 func Supported(obj runtime.Object) bool {
 	switch obj.(type) {
-	case *resourceapi.DeviceClass, *resourceapi.ResourceSlice, *resourceapi.ResourceClaim,
+	case *resourceapi.DeviceClass, *resourceapi.ResourceSlice, *resourceapi.ResourceClaim, *resourceapi.DeviceTaintRule,
 		*corev1.Pod, *corev1.Node, *corev1.Event, *eventsv1.Event:
 		return true
 	}

@@ -43,6 +43,11 @@ func (t Trimmer) Trim(obj any) any {
 		c.Annotations = nil
 		c.Spec.Config = nil
 		return c
+	case *resourceapi.DeviceTaintRule:
+		r := o.DeepCopy()
+		r.ManagedFields = nil
+		r.Annotations = nil
+		return r
 	case *corev1.Event:
 		return event(o)
 	case *eventsv1.Event:
@@ -167,6 +172,8 @@ func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 			RestartCount:         cs.RestartCount,
 			State:                cs.State,
 			LastTerminationState: cs.LastTerminationState,
+			// The kubelet's device health (KEP-4680), per allocated device.
+			AllocatedResourcesStatus: cs.AllocatedResourcesStatus,
 		}
 	}
 	return out

@@ -23,23 +23,13 @@ func TestDoubleAllocation(t *testing.T) {
 	requireCluster(t)
 	ctx := context.Background()
 	ns := namespace(t, "e2e-double")
-	if _, err := env.cp.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, cluster.ClaimTemplate(ns, "gpu", cluster.GPUClass), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod := createPod(t, cluster.PodWithTemplate(ns, "llm-0", "gpu"))
-	bound := scheduled(t, ns, "llm-0")
-	claim := generatedClaim(t, ns, "llm-0")
-	c, err := env.cp.Client.ResourceV1().ResourceClaims(ns).Get(ctx, claim, metav1.GetOptions{})
-	if err != nil || c.Status.Allocation == nil {
-		t.Fatalf("claim %s not allocated: %v", claim, err)
-	}
-	held := c.Status.Allocation.Devices.Results[0]
+	bound, claim, held := allocatedPod(t, ns, "llm-0")
 
 	second := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llm-0-gpu-v2"}, Spec: cluster.ClaimSpec(cluster.GPUClass)}
 	if _, err := env.cp.Client.ResourceV1().ResourceClaims(ns).Create(ctx, second, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+	err := retry.RetryOnConflict(retry.DefaultBackoff, func() error {
 		cur, err := env.cp.Client.ResourceV1().ResourceClaims(ns).Get(ctx, second.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -58,7 +48,7 @@ func TestDoubleAllocation(t *testing.T) {
 	device := map[string]string{"namespace": ns, "driver": held.Driver, "pool": held.Pool, "device": held.Device, "node": bound.Spec.NodeName,
 		"gpu_uuid": cluster.GPUUUID(bound.Spec.NodeName, deviceMinor(t, held.Device))}
 	eventually(t, waitMetric, "both claims on the device reported", func(m cluster.Metrics) error {
-		if err := one(m, "dra_device_allocation_conflict", with(device, "claim", claim, "pod", "llm-0", "pod_uid", string(pod.UID)), 1); err != nil {
+		if err := one(m, "dra_device_allocation_conflict", with(device, "claim", claim, "pod", "llm-0", "pod_uid", string(bound.UID)), 1); err != nil {
 			return err
 		}
 		return one(m, "dra_device_allocation_conflict", with(device, "claim", second.Name, "pod", "", "pod_uid", ""), 1)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -253,3 +254,24 @@ func blockedLabels(ns, pod, layer, reason string) map[string]string {
 }
 
 var _ = ptr.To[int]
+
+// allocatedPod creates a pod with a template claim "gpu" of the GPU class
+// in ns, waits for the real scheduler to allocate and bind it, and returns
+// the pod as bound, its generated claim's name and the allocated device.
+func allocatedPod(t *testing.T, ns, name string) (*corev1.Pod, string, resourceapi.DeviceRequestAllocationResult) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := env.cp.Client.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, "gpu", metav1.GetOptions{}); err != nil {
+		if _, err := env.cp.Client.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, cluster.ClaimTemplate(ns, "gpu", cluster.GPUClass), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	createPod(t, cluster.PodWithTemplate(ns, name, "gpu"))
+	bound := scheduled(t, ns, name)
+	claim := generatedClaim(t, ns, name)
+	c, err := env.cp.Client.ResourceV1().ResourceClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil || c.Status.Allocation == nil {
+		t.Fatalf("claim %s not allocated: %v", claim, err)
+	}
+	return bound, claim, c.Status.Allocation.Devices.Results[0]
+}

@@ -277,6 +277,11 @@ func dumpCluster(ctx context.Context, path string) error {
 		return err
 	}
 	objs = withKind(objs, resourceapi.SchemeGroupVersion.WithKind("DeviceClass"), classes.Items)
+	rules, err := c.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	objs = withKind(objs, resourceapi.SchemeGroupVersion.WithKind("DeviceTaintRule"), rules.Items)
 	rs, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err

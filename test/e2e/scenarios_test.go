@@ -323,7 +323,7 @@ func TestExporterIsReadOnly(t *testing.T) {
 	ctx := context.Background()
 	for _, r := range []struct{ group, resource string }{
 		{"resource.k8s.io", "deviceclasses"}, {"resource.k8s.io", "resourceslices"}, {"resource.k8s.io", "resourceclaims"},
-		{"", "pods"}, {"", "nodes"}, {"", "events"},
+		{"resource.k8s.io", "devicetaintrules"}, {"", "pods"}, {"", "nodes"}, {"", "events"},
 	} {
 		for _, verb := range []string{"get", "list", "watch"} {
 			if ok, err := cluster.CanI(ctx, env.cp.Client, verb, r.group, r.resource); err != nil || !ok {
@@ -350,8 +350,8 @@ func TestExporterIsReadOnly(t *testing.T) {
 			t.Errorf("informer not synced under the deploy ClusterRole: %s", s)
 		}
 	}
-	if n := len(m.Find("dra_exporter_informer_synced", nil)); n != 6 {
-		t.Errorf("want 6 informers, got %d", n)
+	if n := len(m.Find("dra_exporter_informer_synced", nil)); n != 7 {
+		t.Errorf("want 7 informers (devicetaintrules is served by v1.37), got %d", n)
 	}
 }
 
