@@ -14,8 +14,9 @@ type Query struct {
 	Panel     string // panel title, or "variable NAME"
 	RefID     string
 	Expr      string
-	Instant   bool // table rows (instant query) rather than a time series
-	Variable  string
+	Instant   bool   // table rows (instant query) rather than a time series
+	Variable  string // for a variable's query: its name
+	Label     string // and the label whose values it offers
 }
 
 // jsonPanel is the part of a panel (or row) the queries are read from.
@@ -66,11 +67,11 @@ func Queries(file string, raw []byte) ([]Query, error) {
 			continue
 		}
 		q, _ := v.Query.(string)
-		sel, _, ok := LabelValues(q)
+		sel, label, ok := LabelValues(q)
 		if !ok {
 			return nil, fmt.Errorf("%s: variable %s: query %q is not label_values(SELECTOR, LABEL)", file, v.Name, q)
 		}
-		out = append(out, Query{Dashboard: file, Panel: "variable " + v.Name, Expr: sel, Instant: true, Variable: v.Name})
+		out = append(out, Query{Dashboard: file, Panel: "variable " + v.Name, Expr: sel, Instant: true, Variable: v.Name, Label: label})
 	}
 	var walk func(ps []jsonPanel)
 	walk = func(ps []jsonPanel) {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -37,6 +39,15 @@ type PrometheusOptions struct {
 	// labels without waiting out the production durations.
 	RuleFiles []string
 	ZeroFor   bool
+	// ExtraJobs are further scrape jobs, one static target each (the
+	// demo's recorded dcgm-exporter).
+	ExtraJobs []ScrapeJob
+}
+
+// ScrapeJob is a scrape job with one static target.
+type ScrapeJob struct {
+	Name   string
+	Target string // host:port
 }
 
 var forLine = regexp.MustCompile(`(?m)^(\s*)for:\s*\S+\s*$`)
@@ -81,6 +92,9 @@ scrape_configs:
       namespace: dra-exporter
       pod: dra-exporter-5f7d8c9b6-x2x7q
 `, interval, interval, yamlList(ruleGlobs), o.Target)
+	for _, j := range o.ExtraJobs {
+		config += fmt.Sprintf("- job_name: %q\n  static_configs:\n  - targets: [%q]\n", j.Name, j.Target)
+	}
 	configPath := filepath.Join(o.Dir, "prometheus.yml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
 		return nil, err
@@ -206,6 +220,61 @@ func (p *Prometheus) Query(ctx context.Context, q string) (int, error) {
 	return len(body.Data.Result), nil
 }
 
+// Series is one series of a query result: its labels and its values
+// (one for an instant query), NaN included.
+type Series struct {
+	Labels map[string]string
+	Values []float64
+}
+
+// QueryRange runs a range query.
+func (p *Prometheus) QueryRange(ctx context.Context, q string, start, end time.Time, step time.Duration) ([]Series, error) {
+	path := fmt.Sprintf("/api/v1/query_range?query=%s&start=%d&end=%d&step=%s",
+		url.QueryEscape(q), start.Unix(), end.Unix(), step)
+	return p.series(ctx, path)
+}
+
+// QueryAt runs an instant query at a time.
+func (p *Prometheus) QueryAt(ctx context.Context, q string, at time.Time) ([]Series, error) {
+	return p.series(ctx, fmt.Sprintf("/api/v1/query?query=%s&time=%d", url.QueryEscape(q), at.Unix()))
+}
+
+func (p *Prometheus) series(ctx context.Context, path string) ([]Series, error) {
+	var body struct {
+		Data struct {
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+				Value  []any             `json:"value"`
+				Values [][]any           `json:"values"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := p.get(ctx, path, &body); err != nil {
+		return nil, err
+	}
+	var out []Series
+	for _, r := range body.Data.Result {
+		s := Series{Labels: r.Metric}
+		points := r.Values
+		if r.Value != nil {
+			points = append(points, r.Value)
+		}
+		for _, pt := range points {
+			if len(pt) != 2 {
+				continue
+			}
+			str, _ := pt[1].(string)
+			v, err := strconv.ParseFloat(str, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s: value %v: %w", path, pt[1], err)
+			}
+			s.Values = append(s.Values, v)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
 func (p *Prometheus) get(ctx context.Context, path string, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+path, nil)
 	if err != nil {
@@ -217,7 +286,8 @@ func (p *Prometheus) get(ctx context.Context, path string, out any) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s", path, resp.Status)
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 2048))
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, msg)
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
 }
