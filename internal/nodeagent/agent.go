@@ -94,7 +94,8 @@ func (a *Agent) Gather(ctx context.Context) (*View, []Step) {
 	}
 
 	start = time.Now()
-	if a.cfg.Proc != nil && a.cfg.Proc.Visible() && reading != nil {
+	in.ProcVisible = a.cfg.Proc != nil && a.cfg.Proc.Visible()
+	if in.ProcVisible && reading != nil {
 		in.PodOfPID = map[int]string{}
 		var lastErr error
 		for _, e := range reading.Entities {

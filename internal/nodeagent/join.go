@@ -30,6 +30,8 @@ type Inputs struct {
 	// PodOfPID maps a GPU process to its pod UID ("" for none); nil when
 	// the host's processes are not visible.
 	PodOfPID map[int]string
+	// ProcVisible: the host's processes are visible under the proc root.
+	ProcVisible bool
 	// DevicePluginPrefix selects the kubelet's device-plugin resources that
 	// are GPUs (nvidia.com/ covers nvidia.com/gpu and MIG resources).
 	DevicePluginPrefix string
@@ -46,7 +48,7 @@ type sliceDevice struct {
 // Join attributes the node's GPUs. It never fails: missing or odd inputs
 // give fewer series, not an error.
 func Join(in Inputs) *View {
-	v := &View{Node: in.Node, Source: in.Source, SourceUp: in.GPU != nil, PodResourcesUp: in.Kubelet != nil, ProcVisible: in.PodOfPID != nil}
+	v := &View{Node: in.Node, Source: in.Source, SourceUp: in.GPU != nil, PodResourcesUp: in.Kubelet != nil, ProcVisible: in.ProcVisible}
 	if in.DevicePluginPrefix == "" {
 		in.DevicePluginPrefix = "nvidia.com/"
 	}
