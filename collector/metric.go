@@ -37,6 +37,19 @@ func newDef(name, typ, help string, labels ...string) *Def {
 	return &Def{Name: name, Type: typ, Help: help, Labels: labels, desc: prometheus.NewDesc(name, help, labels, nil)}
 }
 
+// newDefSplit is newDef for a text whose first sentence is the HELP line
+// and whose rest is the reference's guidance.
+func newDefSplit(name, typ, text string, labels ...string) *Def {
+	if help, doc, ok := strings.Cut(text, "\x00"); ok {
+		return newDef(name, typ, help, labels...).doc(doc)
+	}
+	help, doc, _ := strings.Cut(text, ". ")
+	if doc == "" {
+		return newDef(name, typ, text, labels...)
+	}
+	return newDef(name, typ, help+".", labels...).doc(doc)
+}
+
 // doc adds the guidance that the metrics reference prints after the HELP.
 func (d *Def) doc(text string) *Def {
 	d.Doc = text

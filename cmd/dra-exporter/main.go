@@ -16,6 +16,7 @@ const usage = `Usage: dra-exporter [COMMAND] [FLAGS]
 
 Commands:
   serve      watch the cluster and serve metrics (the default)
+  node       the node agent: GPU telemetry joined to pods, claims and devices (one per GPU node)
   snapshot   print the metrics for a file of objects (kubectl get -o yaml)
   explain    walk the decision tree for one pod, live or from files
   docs       print the metrics reference (docs/metrics.md)
@@ -36,6 +37,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "serve":
 		return serve(args, stderr)
+	case "node":
+		return node(args, stderr)
 	case "snapshot":
 		return snapshot(args, stdout, stderr)
 	case "explain":

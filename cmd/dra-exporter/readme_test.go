@@ -16,7 +16,7 @@ func TestREADMEDocumentsEveryFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	flagLine := regexp.MustCompile(`(?m)^  -([a-z0-9.-]+)`)
-	for _, cmd := range []string{"serve", "snapshot", "explain"} {
+	for _, cmd := range []string{"serve", "node", "snapshot", "explain"} {
 		var out, errOut bytes.Buffer
 		run([]string{cmd, "-h"}, &out, &errOut)
 		flags := flagLine.FindAllStringSubmatch(errOut.String(), -1)

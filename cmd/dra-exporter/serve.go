@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"sort"
@@ -18,10 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/promslog"
-	"github.com/prometheus/common/version"
-	"github.com/prometheus/exporter-toolkit/web"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dra-exporter/dra-exporter/collector"
@@ -34,18 +28,10 @@ func serve(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var cfg config
 	cfg.register(fs)
-	var listen stringList
-	fs.Var(&listen, "web.listen-address", "Address to listen on for metrics and probes (repeatable; default :9877).")
-	configFile := fs.String("web.config.file", "", "Path to an exporter-toolkit web config file (TLS, basic auth).")
-	systemd := fs.Bool("web.systemd-socket", false, "Use systemd socket activation listeners instead of port listeners (Linux only).")
-	metricsPath := fs.String("web.telemetry-path", "/metrics", "Path under which to expose metrics.")
+	var w webFlags
+	w.register(fs, ":9877")
 	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config).")
 	probeInterval := fs.Duration("kube.probe-interval", 15*time.Second, "How often to probe the API server's /readyz (dra_exporter_apiserver_up).")
-	level := promslog.NewLevel()
-	format := promslog.NewFormat()
-	_ = format.Set("logfmt")
-	fs.Var(levelFlag{level}, "log.level", "Log level: debug, info, warn, error.")
-	fs.Var(formatFlag{format}, "log.format", "Log format: logfmt or json.")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: dra-exporter [serve] [FLAGS]")
 		fmt.Fprintln(stderr, "\nWatches DeviceClasses, ResourceSlices, ResourceClaims, Pods, Nodes and Warning pod events (list and")
@@ -59,10 +45,7 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dra-exporter serve: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if len(listen) == 0 {
-		listen = stringList{":9877"}
-	}
-	logger := promslog.New(&promslog.Config{Level: level, Format: format, Writer: stderr})
+	logger := w.logger(stderr)
 	collectorList, err := cfg.collectors()
 	if err != nil {
 		logger.Error("invalid flags", "err", err)
@@ -104,61 +87,18 @@ func serve(args []string, stderr io.Writer) int {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 
-	mux := http.NewServeMux()
-	mux.Handle(*metricsPath, promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelError),
-		ErrorHandling:     promhttp.ContinueOnError,
-		EnableOpenMetrics: true,
-	})))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if unsynced := informers.Unsynced(); len(unsynced) > 0 {
-			sort.Strings(unsynced)
-			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "informers not synced: %s\n", strings.Join(unsynced, ", "))
-			return
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	})
-	if *metricsPath != "/" {
-		landing, err := web.NewLandingPage(web.LandingConfig{
-			Name:        "dra-exporter",
-			Description: "Kubernetes Dynamic Resource Allocation exporter",
-			Version:     version.Info(),
-			Links: []web.LandingLinks{
-				{Address: *metricsPath, Text: "Metrics"},
-				{Address: "/healthz", Text: "Health"},
-				{Address: "/readyz", Text: "Readiness"},
-			},
-		})
-		if err != nil {
-			logger.Error("landing page", "err", err)
-			return 1
-		}
-		mux.Handle("/", landing)
-	}
-
-	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = server.Shutdown(shutdown)
-	}()
 	go func() {
 		if informers.WaitForSync(ctx, 10*time.Minute) {
 			logger.Info("informers synced")
 		}
 	}()
-	logger.Info("starting dra-exporter", "version", version.Info(), "listen", listen.String())
-	flags := &web.FlagConfig{WebListenAddresses: (*[]string)(&listen), WebSystemdSocket: systemd, WebConfigFile: configFile}
-	if err := web.ListenAndServe(server, flags, logger); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		logger.Error("serve", "err", err)
-		return 1
-	}
-	return 0
+	return w.listenAndServe(ctx, logger, reg, "dra-exporter", "Kubernetes Dynamic Resource Allocation exporter", ":9877", func() string {
+		if unsynced := informers.Unsynced(); len(unsynced) > 0 {
+			sort.Strings(unsynced)
+			return "informers not synced: " + strings.Join(unsynced, ", ")
+		}
+		return ""
+	})
 }
 
 // levelFlag and formatFlag adapt promslog's values to the flag package,

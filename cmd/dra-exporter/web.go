@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/promslog"
+	"github.com/prometheus/common/version"
+	"github.com/prometheus/exporter-toolkit/web"
+)
+
+// webFlags are the HTTP and log flags that serve and node share.
+type webFlags struct {
+	listen      stringList
+	configFile  *string
+	systemd     *bool
+	metricsPath *string
+	level       *promslog.Level
+	format      *promslog.Format
+}
+
+func (w *webFlags) register(fs *flag.FlagSet, defaultListen string) {
+	fs.Var(&w.listen, "web.listen-address", "Address to listen on for metrics and probes (repeatable; default "+defaultListen+").")
+	w.configFile = fs.String("web.config.file", "", "Path to an exporter-toolkit web config file (TLS, basic auth).")
+	w.systemd = fs.Bool("web.systemd-socket", false, "Use systemd socket activation listeners instead of port listeners (Linux only).")
+	w.metricsPath = fs.String("web.telemetry-path", "/metrics", "Path under which to expose metrics.")
+	w.level = promslog.NewLevel()
+	w.format = promslog.NewFormat()
+	_ = w.format.Set("logfmt")
+	fs.Var(levelFlag{w.level}, "log.level", "Log level: debug, info, warn, error.")
+	fs.Var(formatFlag{w.format}, "log.format", "Log format: logfmt or json.")
+}
+
+func (w *webFlags) logger(stderr io.Writer) *slog.Logger {
+	return promslog.New(&promslog.Config{Level: w.level, Format: w.format, Writer: stderr})
+}
+
+// listenAndServe serves /metrics from reg, /healthz, /readyz (ready says
+// why it is not, "" when it is) and a landing page, until ctx ends.
+func (w *webFlags) listenAndServe(ctx context.Context, logger *slog.Logger, reg *prometheus.Registry, name, description, defaultListen string, ready func() string) int {
+	if len(w.listen) == 0 {
+		w.listen = stringList{defaultListen}
+	}
+	mux := http.NewServeMux()
+	mux.Handle(*w.metricsPath, promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelError),
+		ErrorHandling:     promhttp.ContinueOnError,
+		EnableOpenMetrics: true,
+	})))
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(rw, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, _ *http.Request) {
+		if why := ready(); why != "" {
+			rw.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(rw, why)
+			return
+		}
+		_, _ = io.WriteString(rw, "ok\n")
+	})
+	if *w.metricsPath != "/" {
+		landing, err := web.NewLandingPage(web.LandingConfig{
+			Name:        name,
+			Description: description,
+			Version:     version.Info(),
+			Links: []web.LandingLinks{
+				{Address: *w.metricsPath, Text: "Metrics"},
+				{Address: "/healthz", Text: "Health"},
+				{Address: "/readyz", Text: "Readiness"},
+			},
+		})
+		if err != nil {
+			logger.Error("landing page", "err", err)
+			return 1
+		}
+		mux.Handle("/", landing)
+	}
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = server.Shutdown(shutdown)
+	}()
+	logger.Info("starting "+name, "version", version.Info(), "listen", w.listen.String())
+	flags := &web.FlagConfig{WebListenAddresses: (*[]string)(&w.listen), WebSystemdSocket: w.systemd, WebConfigFile: w.configFile}
+	if err := web.ListenAndServe(server, flags, logger); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		logger.Error("serve", "err", err)
+		return 1
+	}
+	return 0
+}

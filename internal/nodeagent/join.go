@@ -1,0 +1,506 @@
+package nodeagent
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/dra-exporter/dra-exporter/internal/gpu"
+	"github.com/dra-exporter/dra-exporter/internal/podresources"
+)
+
+// Inputs is everything the node knows at one scrape.
+type Inputs struct {
+	Node string
+	// Pods, Slices: the node's, from node-scoped watches.
+	Pods   []*corev1.Pod
+	Slices []*resourceapi.ResourceSlice
+	// Claims of the node's pods (and of what the kubelet reports), by
+	// namespace/name; a name the API does not know is absent.
+	Claims map[string]*resourceapi.ResourceClaim
+
+	// Kubelet is nil when the pod-resources API failed.
+	Kubelet *podresources.Report
+	// GPU is nil when the GPU source failed.
+	Source string
+	GPU    *gpu.Reading
+	// PodOfPID maps a GPU process to its pod UID ("" for none); nil when
+	// the host's processes are not visible.
+	PodOfPID map[int]string
+	// ProcVisible: the host's processes are visible under the proc root.
+	ProcVisible bool
+	// DevicePluginPrefix selects the kubelet's device-plugin resources that
+	// are GPUs (nvidia.com/ covers nvidia.com/gpu and MIG resources).
+	DevicePluginPrefix string
+}
+
+// ClaimKey is the key of Inputs.Claims.
+func ClaimKey(namespace, name string) string { return namespace + "/" + name }
+
+type sliceDevice struct {
+	DeviceRef
+	uuid, parentUUID, profile, product string
+}
+
+// Join attributes the node's GPUs. It never fails: missing or odd inputs
+// give fewer series, not an error.
+func Join(in Inputs) *View {
+	v := &View{Node: in.Node, Source: in.Source, SourceUp: in.GPU != nil, PodResourcesUp: in.Kubelet != nil, ProcVisible: in.ProcVisible}
+	if in.DevicePluginPrefix == "" {
+		in.DevicePluginPrefix = "nvidia.com/"
+	}
+	devices := newestDevices(in.Slices)
+	byRef := map[DeviceRef]*sliceDevice{}
+	byUUID := map[string]*sliceDevice{}
+	for _, d := range devices {
+		byRef[d.DeviceRef] = d
+		if d.uuid != "" {
+			byUUID[d.uuid] = d
+		}
+	}
+	pods := map[string]*corev1.Pod{}
+	podsByName := map[string]*corev1.Pod{}
+	for _, p := range in.Pods {
+		if p == nil || p.Spec.NodeName != in.Node {
+			continue
+		}
+		pods[string(p.UID)] = p
+		podsByName[p.Namespace+"/"+p.Name] = p
+	}
+
+	// Entities of the source, matched to slice devices.
+	var entities []gpu.Entity
+	if in.GPU != nil {
+		entities = in.GPU.Entities
+	}
+	entityRef := map[string]DeviceRef{}
+	matched := map[DeviceRef]bool{}
+	for _, e := range entities {
+		if d := byUUID[e.UUID]; d != nil {
+			entityRef[e.UUID] = d.DeviceRef
+			matched[d.DeviceRef] = true
+		}
+	}
+	for _, e := range entities {
+		if _, ok := entityRef[e.UUID]; ok || e.MIG == nil {
+			continue
+		}
+		if d := matchDynamicMIG(e, devices, matched); d != nil {
+			entityRef[e.UUID] = d.DeviceRef
+			matched[d.DeviceRef] = true
+			// A dynamic-MIG slice device has no uuid: the source's
+			// entity gives it one, so claims on it resolve.
+			d.uuid = e.UUID
+			byUUID[e.UUID] = d
+		}
+	}
+
+	apiHolders, apiDevices := apiHolders(in, pods, byRef)
+	var kubeletDRA, devicePlugin []Holder
+	if in.Kubelet != nil {
+		kubeletDRA, devicePlugin = kubeletHolders(in, podsByName, byRef)
+	}
+	if in.Kubelet != nil {
+		dyn := in.Kubelet.Dynamic
+		if dyn || anyRunning(apiDevices) {
+			v.Dynamic = &dyn
+		}
+	}
+	dra := apiHolders
+	if in.Kubelet != nil && in.Kubelet.Dynamic {
+		dra = kubeletDRA
+	}
+	v.Holders = dedupeHolders(append(append([]Holder{}, dra...), devicePlugin...))
+	held := map[string][]Holder{}
+	for _, h := range v.Holders {
+		if h.GPUUUID != "" {
+			held[h.GPUUUID] = append(held[h.GPUUUID], h)
+		}
+	}
+	// Whoever holds a GPU in either source may use it: the isolation check
+	// reads both the kubelet and the API.
+	allowed := map[string]map[string]bool{}
+	for _, h := range append(append(append([]Holder{}, apiHolders...), kubeletDRA...), devicePlugin...) {
+		if allowed[h.GPUUUID] == nil {
+			allowed[h.GPUUUID] = map[string]bool{}
+		}
+		allowed[h.GPUUUID][h.PodUID] = true
+	}
+	instancesHeld := map[string]bool{}
+	for _, e := range entities {
+		if e.MIG != nil && len(held[e.UUID]) > 0 {
+			instancesHeld[e.ParentUUID] = true
+		}
+	}
+
+	for _, e := range entities {
+		g := GPU{Entity: e, DeviceRef: entityRef[e.UUID], Lane: LaneUnallocated}
+		hs := held[e.UUID]
+		for _, h := range hs {
+			if h.Lane == LaneDRA {
+				g.Lane = LaneDRA
+			} else if g.Lane == LaneUnallocated {
+				g.Lane = LaneDevicePlugin
+			}
+		}
+		if len(hs) == 0 && instancesHeld[e.UUID] {
+			g.Lane = LaneDRA
+		}
+		if len(hs) == 1 {
+			h := hs[0]
+			g.Holder = &h
+		}
+		v.GPUs = append(v.GPUs, g)
+		v.PodMemory = append(v.PodMemory, podMemory(e, in.PodOfPID, pods)...)
+		if in.PodOfPID != nil {
+			v.Violations = append(v.Violations, violations(e, in.PodOfPID, pods, allowed)...)
+		}
+	}
+	v.Inventory = inventory(entities, entityRef, devices)
+	v.Conflicts = conflicts(in, apiDevices, kubeletDRA, devicePlugin, byUUID, held)
+	return v
+}
+
+// newestDevices returns the devices of each pool's newest generation.
+func newestDevices(slices []*resourceapi.ResourceSlice) []*sliceDevice {
+	newest := map[string]int64{}
+	for _, s := range slices {
+		k := s.Spec.Driver + "/" + s.Spec.Pool.Name
+		if g, ok := newest[k]; !ok || s.Spec.Pool.Generation > g {
+			newest[k] = s.Spec.Pool.Generation
+		}
+	}
+	var out []*sliceDevice
+	for _, s := range slices {
+		if s.Spec.Pool.Generation != newest[s.Spec.Driver+"/"+s.Spec.Pool.Name] {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			out = append(out, &sliceDevice{
+				DeviceRef:  DeviceRef{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name},
+				uuid:       stringAttr(d, s.Spec.Driver, "uuid"),
+				parentUUID: stringAttr(d, s.Spec.Driver, "parentUUID"),
+				profile:    stringAttr(d, s.Spec.Driver, "profile"),
+				product:    stringAttr(d, s.Spec.Driver, "productName"),
+			})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return refLess(out[i].DeviceRef, out[j].DeviceRef) })
+	return out
+}
+
+func stringAttr(d resourceapi.Device, driver, name string) string {
+	for _, k := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + name)} {
+		if a, ok := d.Attributes[k]; ok && a.StringValue != nil {
+			return *a.StringValue
+		}
+	}
+	return ""
+}
+
+// matchDynamicMIG finds the slice device of a MIG instance that the driver
+// published without a uuid (dynamic MIG: the instance is created on
+// prepare): same parent GPU and profile, and when several placements
+// match, the one whose name ends in the instance's placement start
+// (gpu-<minor>-mig-<profile>-<id>-<start>).
+func matchDynamicMIG(e gpu.Entity, devices []*sliceDevice, taken map[DeviceRef]bool) *sliceDevice {
+	var candidates []*sliceDevice
+	for _, d := range devices {
+		if d.uuid == "" && !taken[d.DeviceRef] && d.parentUUID == e.ParentUUID && d.profile == e.MIG.Profile {
+			candidates = append(candidates, d)
+		}
+	}
+	if len(candidates) == 1 {
+		return candidates[0]
+	}
+	suffix := fmt.Sprintf("-%d", e.MIG.PlacementStart)
+	for _, d := range candidates {
+		if strings.HasSuffix(d.Device, suffix) {
+			return d
+		}
+	}
+	return nil
+}
+
+// apiDevice is a device the API server says a pod of this node holds.
+type apiDevice struct {
+	Holder
+	DeviceRef
+	running bool
+	podName string
+}
+
+// apiHolders reads the claim allocations: a claim of a non-terminal pod of
+// this node, allocated and reserved for it, holds its devices of this node.
+func apiHolders(in Inputs, pods map[string]*corev1.Pod, byRef map[DeviceRef]*sliceDevice) ([]Holder, []apiDevice) {
+	var holders []Holder
+	var devices []apiDevice
+	uids := make([]string, 0, len(pods))
+	for uid := range pods {
+		uids = append(uids, uid)
+	}
+	sort.Strings(uids)
+	for _, uid := range uids {
+		p := pods[uid]
+		if terminal(p) {
+			continue
+		}
+		for _, name := range podClaimNames(p) {
+			c := in.Claims[ClaimKey(p.Namespace, name)]
+			if c == nil || c.Status.Allocation == nil || !reservedFor(c, p) {
+				continue
+			}
+			for _, r := range c.Status.Allocation.Devices.Results {
+				ref := DeviceRef{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
+				d := byRef[ref]
+				if d == nil {
+					continue // another node's device, or a driver without a slice here
+				}
+				h := Holder{GPUUUID: d.uuid, Lane: LaneDRA, Namespace: p.Namespace, Pod: p.Name, PodUID: uid, Claim: c.Name}
+				holders = append(holders, h)
+				devices = append(devices, apiDevice{Holder: h, DeviceRef: ref, running: p.Status.Phase == corev1.PodRunning, podName: p.Name})
+			}
+		}
+	}
+	return holders, devices
+}
+
+func anyRunning(ds []apiDevice) bool {
+	for _, d := range ds {
+		if d.running {
+			return true
+		}
+	}
+	return false
+}
+
+func terminal(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+// podClaimNames resolves the pod's claims to ResourceClaim names: a named
+// claim, or the generated claim the pod's status points at.
+func podClaimNames(p *corev1.Pod) []string {
+	var out []string
+	for _, rc := range p.Spec.ResourceClaims {
+		if rc.ResourceClaimName != nil {
+			out = append(out, *rc.ResourceClaimName)
+			continue
+		}
+		for _, s := range p.Status.ResourceClaimStatuses {
+			if s.Name == rc.Name && s.ResourceClaimName != nil {
+				out = append(out, *s.ResourceClaimName)
+			}
+		}
+	}
+	return out
+}
+
+// ClaimNamesOf returns the claims the agent needs to fetch for a pod.
+func ClaimNamesOf(p *corev1.Pod) []string { return podClaimNames(p) }
+
+func reservedFor(c *resourceapi.ResourceClaim, p *corev1.Pod) bool {
+	for _, r := range c.Status.ReservedFor {
+		if r.UID == p.UID {
+			return true
+		}
+	}
+	return false
+}
+
+// kubeletHolders reads the pod-resources report.
+func kubeletHolders(in Inputs, podsByName map[string]*corev1.Pod, byRef map[DeviceRef]*sliceDevice) (dra, devicePlugin []Holder) {
+	for _, kp := range in.Kubelet.Pods {
+		uid := ""
+		if p := podsByName[kp.Namespace+"/"+kp.Name]; p != nil {
+			uid = string(p.UID)
+		}
+		for _, d := range kp.Devices {
+			if !strings.HasPrefix(d.Resource, in.DevicePluginPrefix) {
+				continue
+			}
+			devicePlugin = append(devicePlugin, Holder{GPUUUID: d.ID, Lane: LaneDevicePlugin, Namespace: kp.Namespace, Pod: kp.Name, PodUID: uid})
+		}
+		for _, c := range kp.Claims {
+			d := byRef[DeviceRef{Driver: c.Driver, Pool: c.Pool, Device: c.Device}]
+			if d == nil {
+				continue
+			}
+			dra = append(dra, Holder{GPUUUID: d.uuid, Lane: LaneDRA, Namespace: kp.Namespace, Pod: kp.Name, PodUID: uid, Claim: c.ClaimName})
+		}
+	}
+	return dra, devicePlugin
+}
+
+func dedupeHolders(hs []Holder) []Holder {
+	seen := map[Holder]bool{}
+	out := hs[:0]
+	for _, h := range hs {
+		if !seen[h] {
+			seen[h] = true
+			out = append(out, h)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return holderLess(out[i], out[j]) })
+	return out
+}
+
+func holderLess(a, b Holder) bool {
+	return strings.Join([]string{a.GPUUUID, a.Lane, a.Namespace, a.Pod, a.PodUID, a.Claim}, "\xff") <
+		strings.Join([]string{b.GPUUUID, b.Lane, b.Namespace, b.Pod, b.PodUID, b.Claim}, "\xff")
+}
+
+func refLess(a, b DeviceRef) bool {
+	if a.Driver != b.Driver {
+		return a.Driver < b.Driver
+	}
+	if a.Pool != b.Pool {
+		return a.Pool < b.Pool
+	}
+	return a.Device < b.Device
+}
+
+// podMemory sums the processes' memory per pod. Processes of no pod, of a
+// pod this node does not know, or all of them when /proc is not visible,
+// add up under empty pod labels (pod_uid kept when known), so that the
+// series of a GPU add up to what its processes use.
+func podMemory(e gpu.Entity, podOf map[int]string, pods map[string]*corev1.Pod) []PodMemory {
+	sums := map[string]float64{}
+	for _, p := range e.Processes {
+		sums[podOf[p.PID]] += p.UsedMemoryBytes
+	}
+	uids := make([]string, 0, len(sums))
+	for uid := range sums {
+		uids = append(uids, uid)
+	}
+	sort.Strings(uids)
+	var out []PodMemory
+	for _, uid := range uids {
+		m := PodMemory{GPUUUID: e.UUID, PodUID: uid, Bytes: sums[uid]}
+		if p := pods[uid]; p != nil {
+			m.Namespace, m.Pod = p.Namespace, p.Name
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// violations: a process of a pod that holds neither this entity nor (for a
+// MIG instance) its parent GPU, in either lane and either source.
+func violations(e gpu.Entity, podOf map[int]string, pods map[string]*corev1.Pod, allowed map[string]map[string]bool) []Violation {
+	seen := map[string]bool{}
+	var out []Violation
+	for _, p := range e.Processes {
+		uid := podOf[p.PID]
+		if uid == "" || seen[uid] || allowed[e.UUID][uid] || (e.ParentUUID != "" && allowed[e.ParentUUID][uid]) {
+			continue
+		}
+		seen[uid] = true
+		v := Violation{GPUUUID: e.UUID, PodUID: uid}
+		if pod := pods[uid]; pod != nil {
+			v.Namespace, v.Pod = pod.Namespace, pod.Name
+		}
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PodUID < out[j].PodUID })
+	return out
+}
+
+func inventory(entities []gpu.Entity, refs map[string]DeviceRef, devices []*sliceDevice) []InventoryEntry {
+	seen := map[string]bool{}
+	var out []InventoryEntry
+	for _, e := range entities {
+		seen[e.UUID] = true
+		out = append(out, InventoryEntry{UUID: e.UUID, ParentUUID: e.ParentUUID, Product: e.Product, DeviceRef: refs[e.UUID]})
+	}
+	// Devices the slices publish that the source did not read (source
+	// down, or a GPU DCGM does not see): listed from the slice alone.
+	for _, d := range devices {
+		if d.uuid == "" || seen[d.uuid] {
+			continue
+		}
+		seen[d.uuid] = true
+		out = append(out, InventoryEntry{UUID: d.uuid, ParentUUID: d.parentUUID, Product: d.product, DeviceRef: d.DeviceRef})
+	}
+	return out
+}
+
+func conflicts(in Inputs, api []apiDevice, kubeletDRA, devicePlugin []Holder, byUUID map[string]*sliceDevice, held map[string][]Holder) []Conflict {
+	var out []Conflict
+	if in.Kubelet != nil && in.Kubelet.Dynamic {
+		prepared := map[string]bool{}
+		for _, kp := range in.Kubelet.Pods {
+			for _, c := range kp.Claims {
+				prepared[strings.Join([]string{kp.Namespace, kp.Name, c.ClaimName, c.Driver, c.Pool, c.Device}, "/")] = true
+			}
+		}
+		for _, d := range api {
+			key := strings.Join([]string{d.Namespace, d.podName, d.Claim, d.Driver, d.Pool, d.Device}, "/")
+			if d.running && !prepared[key] {
+				out = append(out, Conflict{Namespace: d.Namespace, Claim: d.Claim, Pod: d.Pod, PodUID: d.PodUID, DeviceRef: d.DeviceRef, GPUUUID: d.GPUUUID, Reason: ReasonNotPrepared})
+			}
+		}
+	}
+	if in.Kubelet != nil {
+		uids := map[string]string{}
+		for _, p := range in.Pods {
+			uids[p.Namespace+"/"+p.Name] = string(p.UID)
+		}
+		for _, kp := range in.Kubelet.Pods {
+			for _, c := range kp.Claims {
+				ref := DeviceRef{Driver: c.Driver, Pool: c.Pool, Device: c.Device}
+				if claimAllocates(in.Claims[ClaimKey(c.ClaimNamespace, c.ClaimName)], ref) {
+					continue
+				}
+				uuid := ""
+				for u, d := range byUUID {
+					if d.DeviceRef == ref {
+						uuid = u
+					}
+				}
+				out = append(out, Conflict{Namespace: c.ClaimNamespace, Claim: c.ClaimName, Pod: kp.Name, PodUID: uids[kp.Namespace+"/"+kp.Name], DeviceRef: ref, GPUUUID: uuid, Reason: ReasonPreparedWithoutClaim})
+			}
+		}
+	}
+	dpHeld := map[string]bool{}
+	for _, h := range devicePlugin {
+		dpHeld[h.GPUUUID] = true
+	}
+	for uuid, hs := range held {
+		draHeld := false
+		for _, h := range hs {
+			draHeld = draHeld || h.Lane == LaneDRA
+		}
+		if !draHeld || !dpHeld[uuid] {
+			continue
+		}
+		var ref DeviceRef
+		if d := byUUID[uuid]; d != nil {
+			ref = d.DeviceRef
+		}
+		for _, h := range hs {
+			out = append(out, Conflict{Namespace: h.Namespace, Claim: h.Claim, Pod: h.Pod, PodUID: h.PodUID, DeviceRef: ref, GPUUUID: uuid, Reason: ReasonBothLanes})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return conflictKey(out[i]) < conflictKey(out[j]) })
+	return out
+}
+
+func conflictKey(c Conflict) string {
+	return strings.Join([]string{c.Reason, c.GPUUUID, c.Namespace, c.Claim, c.Pod, c.PodUID, c.Driver, c.Pool, c.Device}, "\xff")
+}
+
+func claimAllocates(c *resourceapi.ResourceClaim, ref DeviceRef) bool {
+	if c == nil || c.Status.Allocation == nil {
+		return false
+	}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver == ref.Driver && r.Pool == ref.Pool && r.Device == ref.Device {
+			return true
+		}
+	}
+	return false
+}
