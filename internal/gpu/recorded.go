@@ -100,7 +100,7 @@ func fieldValues(in map[string]float64) (map[FieldID]float64, error) {
 func processes(in []RecordedProcess) []Process {
 	var out []Process
 	for _, p := range in {
-		out = append(out, Process{PID: p.PID, UsedMemoryBytes: p.UsedMemoryBytes})
+		out = append(out, Process(p))
 	}
 	return out
 }
