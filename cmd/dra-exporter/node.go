@@ -83,11 +83,7 @@ func node(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "This build: DCGM %s.\n", map[bool]string{true: "available (cgo)", false: "unavailable (built without cgo)"}[gpu.DCGMAvailable])
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "dra-exporter node: unexpected argument %q\n", fs.Arg(0))
+	if !parseFlags(fs, args, stderr) {
 		return 2
 	}
 	logger := w.logger(stderr)

@@ -34,15 +34,11 @@ func serve(args []string, stderr io.Writer) int {
 	probeInterval := fs.Duration("kube.probe-interval", 15*time.Second, "How often to probe the API server's /readyz (dra_exporter_apiserver_up).")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: dra-exporter [serve] [FLAGS]")
-		fmt.Fprintln(stderr, "\nWatches DeviceClasses, ResourceSlices, ResourceClaims, Pods, Nodes and Warning pod events (list and")
-		fmt.Fprintln(stderr, "watch only) and serves the joined DRA metrics.")
+		fmt.Fprintln(stderr, "\nWatches DeviceClasses, ResourceSlices, ResourceClaims, DeviceTaintRules (where served), Pods, Nodes")
+		fmt.Fprintln(stderr, "and Warning pod events (list and watch only) and serves the joined DRA metrics.")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "dra-exporter serve: unexpected argument %q\n", fs.Arg(0))
+	if !parseFlags(fs, args, stderr) {
 		return 2
 	}
 	logger := w.logger(stderr)

@@ -98,3 +98,16 @@ func (w *webFlags) listenAndServe(ctx context.Context, logger *slog.Logger, reg 
 	}
 	return 0
 }
+
+// parseFlags parses a command's flags, which take no positional arguments;
+// it reports false (after saying why) when the command should exit 2.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) bool {
+	if err := fs.Parse(args); err != nil {
+		return false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "dra-exporter %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return false
+	}
+	return true
+}
