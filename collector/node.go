@@ -74,7 +74,7 @@ var (
 		"A GPU or MIG instance of the node, with the ResourceSlice device that publishes it."+docSep+"From the GPU source or the node's ResourceSlices. Always 1.",
 		"node", "gpu_uuid", "parent_gpu_uuid", "product", "driver", "pool", "device")
 	gpuHolderInfo = newDefSplit("dra_gpu_holder_info", typeGauge,
-		"A pod holding a GPU or MIG instance, in the dra or the device-plugin lane."+docSep+"In the dra lane through a claim (what the kubelet prepared, or the claim allocations when the kubelet does not report DRA), in the device-plugin lane through the kubelet's device assignment. Always 1.",
+		"A pod holding a GPU or MIG instance, in the dra, dra-extended or device-plugin lane."+docSep+"In the dra lane through a claim (what the kubelet prepared, or the claim allocations when the kubelet does not report DRA), in the device-plugin lane through the kubelet's device assignment. Always 1.",
 		"node", "gpu_uuid", "lane", "namespace", "pod", "pod_uid", "claim")
 	gpuPodMemory = newDefSplit("dra_gpu_pod_memory_used_bytes", typeGauge,
 		"GPU memory the processes of one pod use on a GPU or MIG instance, in bytes."+docSep+"From the NVML process list, each PID mapped to its pod by its cgroup. Processes of no pod have empty pod labels; the series of a GPU add up to its processes' memory.",

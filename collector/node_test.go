@@ -99,8 +99,8 @@ func scenarioAgent(t *testing.T, dir string) *nodeagent.Agent {
 // whole exposition (no name filter) with its metrics.prom; -update rewrites.
 func TestNodeGolden(t *testing.T) {
 	dirs, err := filepath.Glob("../testdata/node/*/objects.yaml")
-	if err != nil || len(dirs) < 10 {
-		t.Fatalf("want the ten node scenarios, found %d: %v", len(dirs), err)
+	if err != nil || len(dirs) < 11 {
+		t.Fatalf("want the eleven node scenarios, found %d: %v", len(dirs), err)
 	}
 	for _, d := range dirs {
 		dir := filepath.Dir(d)

@@ -140,8 +140,8 @@ func Join(in Inputs) *View {
 		g := GPU{Entity: e, DeviceRef: entityRef[e.UUID], Lane: LaneUnallocated}
 		hs := held[e.UUID]
 		for _, h := range hs {
-			if h.Lane == LaneDRA {
-				g.Lane = LaneDRA
+			if draLane(h.Lane) {
+				g.Lane = h.Lane
 			} else if g.Lane == LaneUnallocated {
 				g.Lane = LaneDevicePlugin
 			}
@@ -259,7 +259,7 @@ func apiHolders(in Inputs, pods map[string]*corev1.Pod, byRef map[DeviceRef]*sli
 				if d == nil {
 					continue // another node's device, or a driver without a slice here
 				}
-				h := Holder{GPUUUID: d.uuid, Lane: LaneDRA, Namespace: p.Namespace, Pod: p.Name, PodUID: uid, Claim: c.Name}
+				h := Holder{GPUUUID: d.uuid, Lane: claimLane(p, c.Name), Namespace: p.Namespace, Pod: p.Name, PodUID: uid, Claim: c.Name}
 				holders = append(holders, h)
 				devices = append(devices, apiDevice{Holder: h, DeviceRef: ref, running: p.Status.Phase == corev1.PodRunning, podName: p.Name})
 			}
@@ -282,9 +282,14 @@ func terminal(p *corev1.Pod) bool {
 }
 
 // podClaimNames resolves the pod's claims to ResourceClaim names: a named
-// claim, or the generated claim the pod's status points at.
+// claim, the generated claim the pod's status points at, and the claim the
+// scheduler created for the pod's extended resources (nvidia.com/gpu served
+// by the DRA driver).
 func podClaimNames(p *corev1.Pod) []string {
 	var out []string
+	if st := p.Status.ExtendedResourceClaimStatus; st != nil && st.ResourceClaimName != "" {
+		out = append(out, st.ResourceClaimName)
+	}
 	for _, rc := range p.Spec.ResourceClaims {
 		if rc.ResourceClaimName != nil {
 			out = append(out, *rc.ResourceClaimName)
@@ -297,6 +302,18 @@ func podClaimNames(p *corev1.Pod) []string {
 		}
 	}
 	return out
+}
+
+// claimLane is the lane of a pod's claim: dra-extended for the pod's
+// extended-resource claim, dra otherwise (and for a pod the agent does not
+// know).
+func claimLane(p *corev1.Pod, claim string) string {
+	if p != nil {
+		if st := p.Status.ExtendedResourceClaimStatus; st != nil && st.ResourceClaimName == claim {
+			return LaneDRAExtended
+		}
+	}
+	return LaneDRA
 }
 
 // ClaimNamesOf returns the claims the agent needs to fetch for a pod.
@@ -315,7 +332,8 @@ func reservedFor(c *resourceapi.ResourceClaim, p *corev1.Pod) bool {
 func kubeletHolders(in Inputs, podsByName map[string]*corev1.Pod, byRef map[DeviceRef]*sliceDevice) (dra, devicePlugin []Holder) {
 	for _, kp := range in.Kubelet.Pods {
 		uid := ""
-		if p := podsByName[kp.Namespace+"/"+kp.Name]; p != nil {
+		p := podsByName[kp.Namespace+"/"+kp.Name]
+		if p != nil {
 			uid = string(p.UID)
 		}
 		for _, d := range kp.Devices {
@@ -329,7 +347,7 @@ func kubeletHolders(in Inputs, podsByName map[string]*corev1.Pod, byRef map[Devi
 			if d == nil {
 				continue
 			}
-			dra = append(dra, Holder{GPUUUID: d.uuid, Lane: LaneDRA, Namespace: kp.Namespace, Pod: kp.Name, PodUID: uid, Claim: c.ClaimName})
+			dra = append(dra, Holder{GPUUUID: d.uuid, Lane: claimLane(p, c.ClaimName), Namespace: kp.Namespace, Pod: kp.Name, PodUID: uid, Claim: c.ClaimName})
 		}
 	}
 	return dra, devicePlugin
@@ -472,7 +490,7 @@ func conflicts(in Inputs, api []apiDevice, kubeletDRA, devicePlugin []Holder, by
 	for uuid, hs := range held {
 		draHeld := false
 		for _, h := range hs {
-			draHeld = draHeld || h.Lane == LaneDRA
+			draHeld = draHeld || draLane(h.Lane)
 		}
 		if !draHeld || !dpHeld[uuid] {
 			continue

@@ -10,9 +10,13 @@ import "github.com/dra-exporter/dra-exporter/internal/gpu"
 // Lanes of a GPU.
 const (
 	LaneDRA          = "dra"
+	LaneDRAExtended  = "dra-extended" // nvidia.com/gpu served by the DRA driver through the pod's extended-resource claim
 	LaneDevicePlugin = "device-plugin"
 	LaneUnallocated  = "unallocated"
 )
+
+// draLane reports whether a holder's lane goes through a ResourceClaim.
+func draLane(lane string) bool { return lane == LaneDRA || lane == LaneDRAExtended }
 
 // Conflict reasons: a closed set.
 const (
@@ -31,7 +35,7 @@ const (
 var ConflictReasons = []string{ReasonNotPrepared, ReasonPreparedWithoutClaim, ReasonBothLanes}
 
 // Lanes lists every lane value of the agent's series.
-var Lanes = []string{LaneDRA, LaneDevicePlugin, LaneUnallocated}
+var Lanes = []string{LaneDRA, LaneDRAExtended, LaneDevicePlugin, LaneUnallocated}
 
 // View is the joined state of the node at one scrape.
 type View struct {
