@@ -40,6 +40,12 @@ const (
 // ClusterRole read from deploy/manifests/clusterrole.yaml (exactly the one
 // users install), and writes a kubeconfig with a token of that account.
 func ExporterKubeconfig(ctx context.Context, cp *ControlPlane, clusterRoleFile string) (string, error) {
+	return AccountKubeconfig(ctx, cp, clusterRoleFile, ExporterAccount)
+}
+
+// AccountKubeconfig is ExporterKubeconfig for another ServiceAccount of the
+// exporter's namespace (the node agent has its own, narrower role).
+func AccountKubeconfig(ctx context.Context, cp *ControlPlane, clusterRoleFile, account string) (string, error) {
 	c := cp.Client
 	data, err := os.ReadFile(clusterRoleFile)
 	if err != nil {
@@ -52,7 +58,7 @@ func ExporterKubeconfig(ctx context.Context, cp *ControlPlane, clusterRoleFile s
 	if err := CreateNamespace(ctx, c, ExporterNamespace); err != nil {
 		return "", err
 	}
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ExporterNamespace, Name: ExporterAccount}}
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ExporterNamespace, Name: account}}
 	if _, err := c.CoreV1().ServiceAccounts(ExporterNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
@@ -62,18 +68,18 @@ func ExporterKubeconfig(ctx context.Context, cp *ControlPlane, clusterRoleFile s
 	binding := &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ExporterNamespace, Name: ExporterAccount}},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ExporterNamespace, Name: account}},
 	}
 	if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
-	tok, err := c.CoreV1().ServiceAccounts(ExporterNamespace).CreateToken(ctx, ExporterAccount, &authv1.TokenRequest{
+	tok, err := c.CoreV1().ServiceAccounts(ExporterNamespace).CreateToken(ctx, account, &authv1.TokenRequest{
 		Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(24 * 3600))},
 	}, metav1.CreateOptions{})
 	if err != nil {
-		return "", fmt.Errorf("token for %s: %w", ExporterAccount, err)
+		return "", fmt.Errorf("token for %s: %w", account, err)
 	}
-	path := filepath.Join(cp.Dir, "exporter.kubeconfig")
+	path := filepath.Join(cp.Dir, account+".kubeconfig")
 	return path, WriteKubeconfig(path, cp.APIServer, cp.CAFile(), tok.Status.Token)
 }
 
@@ -86,17 +92,27 @@ type Exporter struct {
 
 // StartExporter runs `dra-exporter serve` and waits for /readyz.
 func StartExporter(ctx context.Context, binary, kubeconfig, dir string, extraArgs ...string) (*Exporter, error) {
+	return startCommand(ctx, binary, filepath.Join(dir, "dra-exporter.log"),
+		append([]string{"serve", "--kubeconfig=" + kubeconfig, "--log.level=debug", "--kube.probe-interval=2s"}, extraArgs...))
+}
+
+// StartNodeAgent runs `dra-exporter node` for one node and waits for /readyz.
+func StartNodeAgent(ctx context.Context, binary, kubeconfig, dir, node string, extraArgs ...string) (*Exporter, error) {
+	return startCommand(ctx, binary, filepath.Join(dir, "node-agent-"+node+".log"),
+		append([]string{"node", "--node-name=" + node, "--kubeconfig=" + kubeconfig, "--log.level=debug"}, extraArgs...))
+}
+
+func startCommand(ctx context.Context, binary, logPath string, args []string) (*Exporter, error) {
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	logPath := filepath.Join(dir, "dra-exporter.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"serve", "--kubeconfig=" + kubeconfig, "--web.listen-address=" + addr, "--log.level=debug", "--kube.probe-interval=2s"}, extraArgs...)
+	args = append(args, "--web.listen-address="+addr)
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -240,4 +256,9 @@ func Explain(ctx context.Context, binary, kubeconfig, target string) (string, er
 // resource (SubjectAccessReview, as admin).
 func CanI(ctx context.Context, c kubernetes.Interface, verb, group, resource string) (bool, error) {
 	return canI(ctx, c, "system:serviceaccount:"+ExporterNamespace+":"+ExporterAccount, verb, group, resource)
+}
+
+// CanIAs is CanI for another ServiceAccount of the exporter's namespace.
+func CanIAs(ctx context.Context, c kubernetes.Interface, account, verb, group, resource string) (bool, error) {
+	return canI(ctx, c, "system:serviceaccount:"+ExporterNamespace+":"+account, verb, group, resource)
 }
