@@ -47,3 +47,33 @@ func TestDCGMExpositionMatchesDemoGPUs(t *testing.T) {
 		}
 	}
 }
+
+// The demo's node agents read DCGMRecording: every GPU of every node, with
+// the UUID the slices publish and the fields the rules read.
+func TestDCGMRecordingCoversDemoNodes(t *testing.T) {
+	for _, n := range DemoNodes {
+		rec, err := DCGMRecording(n.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := n.GPUs + n.DevicePluginGPUs; len(rec.GPUs) != want {
+			t.Fatalf("%s: %d GPUs recorded, want %d", n.Name, len(rec.GPUs), want)
+		}
+		for i, g := range rec.GPUs {
+			if g.Index != i || g.UUID != GPUUUID(n.Name, i) {
+				t.Errorf("%s: GPU %d is index %d UUID %s, want %s", n.Name, i, g.Index, g.UUID, GPUUUID(n.Name, i))
+			}
+			for _, f := range []string{"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE"} {
+				if _, ok := g.Fields[f]; !ok {
+					t.Errorf("%s: GPU %d has no %s", n.Name, i, f)
+				}
+			}
+		}
+		if _, err := rec.Reading(); err != nil {
+			t.Errorf("%s: %v", n.Name, err)
+		}
+	}
+	if _, err := DCGMRecording("no-such-node"); err == nil {
+		t.Error("a node the page does not have: no error")
+	}
+}

@@ -25,7 +25,8 @@ const devicePluginNode = "dp-node-1"
 // SeedDemo creates the NVIDIA DeviceClasses, DemoNodes (both are no-ops
 // where they exist) and, in namespace ns, one workload per state the demo
 // and the dashboards show: Ready pods of every lane, a pod blocked in each
-// layer of the decision tree, a claim shared by two pods, and an allocated
+// layer of the decision tree, a claim shared by two pods, a pod with a
+// process on a GPU it does not hold (GPUProcessAnnotation), and an allocated
 // claim that reserves nobody (a leak once the exporter's grace period is over).
 func SeedDemo(ctx context.Context, c kubernetes.Interface, ns string) error {
 	kubelet := Kubelet{Client: c}
@@ -74,6 +75,10 @@ func SeedDemo(ctx context.Context, c kubernetes.Interface, ns string) error {
 		{PodWithTemplate(ns, "typo-class", "typo"), nil},
 		// The controller layer: a pod naming a claim that does not exist.
 		{PodWithClaim(ns, "claim-missing", "no-such-claim"), nil},
+		// A debug pod without claims whose container can open every
+		// /dev/nvidia* (privileged): its process on a GPU it does not
+		// hold is the node agent's isolation violation.
+		{rogue(onNode(basePod(ns, "gpu-debug"), "gpu-node-1")), func(n string) error { return kubelet.SetRunning(ctx, ns, n, true) }},
 		// The device-plugin lane, on the node that advertises nvidia.com/gpu.
 		{onNode(PodWithGPUs(ns, "dp-worker", 1), devicePluginNode), func(n string) error { return kubelet.SetRunning(ctx, ns, n, true) }},
 	}
@@ -131,6 +136,12 @@ func StartReplica(ctx context.Context, c kubernetes.Interface, ns string, i int)
 		}
 	}
 	return names
+}
+
+// rogue marks the pod as running a process on GPU 0 of its node.
+func rogue(p *corev1.Pod) *corev1.Pod {
+	p.Annotations = map[string]string{GPUProcessAnnotation: "0"}
+	return p
 }
 
 func onNode(p *corev1.Pod, node string) *corev1.Pod {

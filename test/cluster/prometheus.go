@@ -44,10 +44,14 @@ type PrometheusOptions struct {
 	ExtraJobs []ScrapeJob
 }
 
-// ScrapeJob is a scrape job with one static target.
+// ScrapeJob is a scrape job with static targets.
 type ScrapeJob struct {
-	Name   string
-	Target string // host:port
+	Name    string
+	Target  string   // host:port
+	Targets []string // more targets of the job
+	// HonorLabels keeps the target's namespace and pod labels (the node
+	// agents' series carry the GPU holder's).
+	HonorLabels bool
 }
 
 var forLine = regexp.MustCompile(`(?m)^(\s*)for:\s*\S+\s*$`)
@@ -93,7 +97,11 @@ scrape_configs:
       pod: dra-exporter-5f7d8c9b6-x2x7q
 `, interval, interval, yamlList(ruleGlobs), o.Target)
 	for _, j := range o.ExtraJobs {
-		config += fmt.Sprintf("- job_name: %q\n  static_configs:\n  - targets: [%q]\n", j.Name, j.Target)
+		targets := j.Targets
+		if j.Target != "" {
+			targets = append([]string{j.Target}, targets...)
+		}
+		config += fmt.Sprintf("- job_name: %q\n  honor_labels: %t\n  static_configs:\n  - targets: [%s]\n", j.Name, j.HonorLabels, quotedList(targets))
 	}
 	configPath := filepath.Join(o.Dir, "prometheus.yml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
@@ -138,6 +146,15 @@ scrape_configs:
 		return nil, err
 	}
 	return p, nil
+}
+
+// quotedList is items as a YAML flow sequence's entries.
+func quotedList(items []string) string {
+	q := make([]string, len(items))
+	for i, it := range items {
+		q[i] = fmt.Sprintf("%q", it)
+	}
+	return strings.Join(q, ", ")
 }
 
 func yamlList(items []string) string {

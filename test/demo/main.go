@@ -1,7 +1,8 @@
 // Command demo starts a real local control plane with four simulated GPU
 // nodes (three DRA, one device plugin), seeds a mix of healthy and failing
 // DRA workloads (cluster.SeedDemo), runs dra-exporter
-// (under its read-only ClusterRole) and Prometheus with the rule bundle, and
+// (under its read-only ClusterRole), one node agent per node (recorded GPU
+// source, simulated kubelet pod-resources; cluster.StartNodeAgents) and Prometheus with the rule bundle, and
 // keeps a replica churning so that the latency histograms fill. It runs
 // until interrupted. `make demo` builds what is missing and runs it.
 package main
@@ -83,6 +84,12 @@ func run(keep, fastAlerts bool) error {
 		return err
 	}
 	defer exp.Stop()
+	// One node agent per simulated node, with the recorded GPU source.
+	agents, err := cluster.StartNodeAgents(ctx, cp, exporter, "deploy/manifests/node-agent-clusterrole.yaml", dir, cluster.DemoNodes)
+	if err != nil {
+		return err
+	}
+	defer agents.Stop()
 
 	promURL := "(not started: run `make tools` to build Prometheus)"
 	rules, _ := filepath.Glob("rules/*.yaml")
@@ -98,7 +105,10 @@ func run(keep, fastAlerts bool) error {
 			prom, err := cluster.StartPrometheus(ctx, cluster.PrometheusOptions{
 				Binary: bin, Dir: filepath.Join(dir, "prometheus"), Target: exp.URL[len("http://"):],
 				Interval: 5 * time.Second, RuleFiles: rules, ZeroFor: fastAlerts,
-				ExtraJobs: []cluster.ScrapeJob{{Name: "dcgm-exporter", Target: dcgm.Addr}},
+				ExtraJobs: []cluster.ScrapeJob{
+					{Name: "dcgm-exporter", Target: dcgm.Addr},
+					{Name: "dra-node-agent", Targets: agents.Targets(), HonorLabels: true},
+				},
 			})
 			if err != nil {
 				return err
@@ -113,6 +123,7 @@ dra-exporter demo is running (Ctrl-C to stop)
 
   API server        %s   (admin kubeconfig: %s)
   exporter metrics  %s/metrics
+  node agents       %s   (one per simulated node, /metrics)
   readiness         %s/readyz
   Prometheus alerts %s
   working dir       %s
@@ -121,10 +132,11 @@ dra-exporter demo is running (Ctrl-C to stop)
 
 Try:
   curl -s %s/metrics | grep -E '^dra_pod_blocked|^dra_claim_reservation_leak'
+  curl -s http://%s/metrics | grep -E '^dra_gpu_(holder_info|utilization_ratio)'
   bin/dra-exporter explain --kubeconfig %s %s/negative-control
   bin/dra-exporter explain --kubeconfig %s %s/llm-canary
 
-`, cp.APIServer, cp.Kubeconfig, exp.URL, exp.URL, promURL, dir, dashboardFiles(), exp.URL, kubeconfig, ns, kubeconfig, ns)
+`, cp.APIServer, cp.Kubeconfig, exp.URL, strings.Join(agents.Targets(), " "), exp.URL, promURL, dir, dashboardFiles(), exp.URL, agents.Targets()[0], kubeconfig, ns, kubeconfig, ns)
 
 	churn(ctx, cp)
 	log.Print("stopping")
