@@ -30,23 +30,6 @@ import (
 	"github.com/dra-exporter/dra-exporter/rules"
 )
 
-// agentSeries are the families of the node agent (issue 10), fixed before
-// it lands in this branch. When the agent merges, replace this list by its
-// generated metrics reference.
-var agentSeries = []string{
-	"dra_gpu_info",
-	"dra_gpu_utilization_ratio",
-	"dra_gpu_memory_used_bytes",
-	"dra_gpu_memory_total_bytes",
-	"dra_gpu_power_watts",
-	"dra_gpu_temperature_celsius",
-	"dra_gpu_sm_clock_hertz",
-	"dra_gpu_holder_info",
-	"dra_gpu_pod_memory_used_bytes",
-	"dra_gpu_isolation_violation",
-	"dra_gpu_source_up",
-}
-
 // testValues stand in for the variables when a query is parsed: Grafana's
 // own and every dashboard variable, with the values of All.
 var testValues = map[string]string{
@@ -300,9 +283,6 @@ func knownSeries(t *testing.T) map[string]string {
 				}
 			}
 		}
-	}
-	for _, name := range agentSeries {
-		known[name] = "node agent"
 	}
 	return known
 }

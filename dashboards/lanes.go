@@ -84,10 +84,12 @@ func lanes() *dashboard.DashboardBuilder {
 				query("C", fmt.Sprintf(`histogram_quantile(0.95, sum by (lane, le) (rate(dra_pod_startup_duration_seconds_bucket{%s, stage="ready"}[$__rate_interval] offset $compare)))`, match("cluster")), "p95 {{lane}} $compare ago"),
 			)...).OverrideByRegexp(".* ago", dashed)).
 		WithPanel(timeSeries("Blocked pods per lane", "short",
-			"DRA pods that are not Ready per lane (dra_pod_blocked joined to dra_pod_info), and device-plugin pods not yet bound to a node (the exporter's decision tree covers DRA pods only; a pending device-plugin pod waits for nvidia.com/gpu capacity). Open DRA / Triage for the pods and reasons.",
+			"DRA pods that are not Ready per lane (dra_pod_blocked joined to dra_pod_info), and device-plugin pods not yet bound to a node (the exporter's decision tree covers DRA pods only; a pending device-plugin pod waits for nvidia.com/gpu capacity). While a DeviceClass serves nvidia.com/gpu, a pending pod asking for it counts as dra-extended: the scheduler may still give it either lane. Open DRA / Triage for the pods and reasons.",
 			true, targets(
-				query("A", fmt.Sprintf(`count by (lane) (dra_pod_blocked{%s} * on (namespace, pod_uid) group_left (lane) dra_pod_info)`, sel), "{{lane}} blocked"),
-				query("B", fmt.Sprintf(`count by (lane) (dra_pod_info{%s, lane="device-plugin", node=""})`, match("cluster")), "{{lane}} pending"),
+				// One query: the device-plugin part has data only where no
+				// DeviceClass serves nvidia.com/gpu (a pending pod asking for
+				// it is dra-extended otherwise, and in dra_pod_blocked).
+				query("A", fmt.Sprintf(`count by (lane) (dra_pod_blocked{%s} * on (namespace, pod_uid) group_left (lane) dra_pod_info) or count by (lane) (dra_pod_info{%s, lane="device-plugin", node=""})`, sel, match("cluster")), "{{lane}}"),
 			)...)).
 		WithPanel(timeSeries("GPU pods per lane", "short",
 			"GPU pods per lane (dra_pod_info; finished pods are left out), and the same a `compare with` ago: in a rollout, workloads move from device-plugin to dra (or dra-extended, when they keep requesting nvidia.com/gpu on DRA nodes).",

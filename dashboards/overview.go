@@ -12,7 +12,7 @@ import (
 // rollout and the on-call engineer opening a page.
 func overview() *dashboard.DashboardBuilder {
 	ns := match("cluster", "namespace")
-	pods := match("cluster", "namespace", "device_class", "node")
+	pods := podMatch()
 	class := match("cluster", "device_class")
 	return newDashboard("dra-overview", "DRA / Overview",
 		"Kubernetes Dynamic Resource Allocation at a glance: claims, blocked pods by the layer that owns them, allocation and release latency, leaks, firing alerts and the exporter's own health.",

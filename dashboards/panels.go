@@ -38,6 +38,14 @@ func match(vars ...string) string {
 	return strings.Join(parts, ", ")
 }
 
+// podMatch selects DRA pods by cluster, namespace, device class and node. A
+// pod whose DeviceClass is not known (its claim does not exist yet: the
+// controller layer) has device_class="" and shows whichever classes are
+// selected, so that choosing a class never hides the controller layer.
+func podMatch() string {
+	return match("cluster", "namespace") + `, device_class=~"$device_class|", ` + match("node")
+}
+
 // query is a range query, one series per legend.
 func query(ref, expr, legend string) *prometheus.DataqueryBuilder {
 	return prometheus.NewDataqueryBuilder().Datasource(datasource).RefId(ref).

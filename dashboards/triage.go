@@ -44,7 +44,7 @@ func withExplain(expr string) string {
 // triage: the on-call view. One row per blocked pod and per leaked
 // reservation, with the labels the alert carries and a link to its runbook.
 func triage() *dashboard.DashboardBuilder {
-	podSel := match("cluster", "namespace", "device_class", "node")
+	podSel := podMatch()
 	blocked := fmt.Sprintf("dra_pod_blocked{%s}", podSel)
 	// For how long (within the dashboard's range): now minus the first
 	// sample of the series in the range; a series is one layer and reason.

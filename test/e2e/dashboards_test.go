@@ -21,25 +21,11 @@ import (
 // recorded dcgm-exporter page) while the demo's scenario is seeded and
 // churns, and every panel's query, with the variables set to the demo's
 // values, must return data over the test's time range: a panel that is
-// always empty on the demo is a bug. Queries of the node agent's families
-// run only when its dra_gpu_source_up series is there (the agent is not in
-// this branch); the test logs which it did not check.
-//
-// knownEmpty are the queries the check found empty at the deadline, not yet
-// fixed (see the branch's report): each must stay empty until fixed (then
-// remove it here), and any other empty query fails the test.
-var knownEmpty = map[string]bool{
-	"overview.json | Allocation latency p50 / p95 / p99 | A": true,
-	"overview.json | Allocation latency p50 / p95 / p99 | B": true,
-	"overview.json | Allocation latency p50 / p95 / p99 | C": true,
-	"triage.json | Blocked in the controller layer | A":      true,
-	"lanes.json | Allocated devices per lane | B":            true,
-	"lanes.json | Pod time to ready p50 / p95 per lane | A":  true,
-	"lanes.json | Pod time to ready p50 / p95 per lane | B":  true,
-	"lanes.json | Pod time to ready p50 / p95 per lane | C":  true,
-	"lanes.json | Blocked pods per lane | B":                 true,
-	"lanes.json | GPU pods per lane | B":                     true,
-}
+// always empty on the demo is a bug. The demo's node agents run too (one per
+// simulated node, cluster.StartNodeAgents), so the GPU dashboard's queries
+// run for both sources, and the agent's holders of each GPU are checked
+// against the rules' join over dcgm-exporter (TestAgentAgreesWithRulesJoin's
+// part of this test).
 
 func TestDashboardsHaveDataOnTheDemo(t *testing.T) {
 	requireCluster(t)
@@ -62,6 +48,12 @@ func TestDashboardsHaveDataOnTheDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dcgm.Stop()
+	agents, err := cluster.StartNodeAgents(ctx, env.cp, env.exporter, repoPath("deploy/manifests/node-agent-clusterrole.yaml"),
+		filepath.Join(env.dir, "dashboards-agents"), cluster.DemoNodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agents.Stop()
 	rules, err := filepath.Glob(repoPath("rules/*.yaml"))
 	if err != nil || len(rules) == 0 {
 		t.Fatalf("no rule files: %v", err)
@@ -70,7 +62,10 @@ func TestDashboardsHaveDataOnTheDemo(t *testing.T) {
 		Binary: os.Getenv(cluster.EnvPrometheus), Dir: filepath.Join(env.dir, "prometheus-dashboards"),
 		Target: strings.TrimPrefix(env.exp.URL, "http://"), Interval: time.Second,
 		RuleFiles: rules, ZeroFor: true,
-		ExtraJobs: []cluster.ScrapeJob{{Name: "dcgm-exporter", Target: dcgm.Addr}},
+		ExtraJobs: []cluster.ScrapeJob{
+			{Name: "dcgm-exporter", Target: dcgm.Addr},
+			{Name: "dra-node-agent", Targets: agents.Targets(), HonorLabels: true},
+		},
 	})
 	if err != nil {
 		t.Fatalf("prometheus: %v", err)
@@ -99,6 +94,9 @@ func TestDashboardsHaveDataOnTheDemo(t *testing.T) {
 		`dra_claim_release_duration_seconds_count{stage="deallocated"} > 0`,
 		`dra_claim_reservation_leak{reason="allocated_unreserved", namespace="` + ns + `"}`,
 		`namespace_claim_device:dcgm_gpu_utilization:ratio{namespace="` + ns + `"}`,
+		`dra_gpu_holder_info{namespace="` + ns + `", pod="reranker-b"}`,
+		`ALERTS{alertname="DRAGPUActivityOnUnallocatedGPU", alertstate="firing"}`,
+		`ALERTS{alertname="DRAGPUIsolationViolation", alertstate="firing", pod="gpu-debug"}`,
 	} {
 		err := cluster.WaitFor(ctx, 30*time.Second, q, func(ctx context.Context) (bool, error) {
 			s, err := prom.QueryAt(ctx, q, time.Now())
@@ -108,27 +106,39 @@ func TestDashboardsHaveDataOnTheDemo(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(3 * time.Second)
+	// One more release once Prometheus has seen the first ones: the release
+	// histogram's series are born with their first observation, which rate()
+	// cannot see as an increase.
+	names := cluster.StartReplica(ctx, c, ns, 2)
+	for _, n := range names {
+		if err := cluster.ForceDelete(ctx, c, ns, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = cluster.WaitFor(ctx, 30*time.Second, "a release rate() sees", func(ctx context.Context) (bool, error) {
+		s, err := prom.QueryAt(ctx, `increase(dra_claim_release_duration_seconds_count{stage="deallocated"}[1m]) > 0`, time.Now())
+		return err == nil && len(s) > 0, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Past the comparison offset ("compare" below), so that the lines of
+	// "$compare ago" have that release and startup too.
+	time.Sleep(7 * time.Second)
 	end := time.Now()
 
 	values := map[string]string{
 		"__rate_interval": "20s",
 		"__interval":      "1s",
 		"__range":         fmt.Sprintf("%ds", int(end.Sub(start).Seconds())+1),
-		// The comparison lines look back a week in use; the test has a minute.
-		"compare": "10s",
+		// The comparison lines look back a week in use; the test has seconds.
+		"compare": "5s",
 	}
 	variables := resolveVariables(t, prom, end, map[string]string{
 		"namespace": ns, "device_class": cluster.GPUClass, "node": "gpu-node-1",
 	})
-	agent, err := prom.QueryAt(ctx, "dra_gpu_source_up", end)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sources := []string{dashboards.SourceDCGM}
-	if len(agent) > 0 {
-		sources = append(sources, dashboards.SourceAgent)
-	}
+	agreeWithRulesJoin(t, prom, ns, end)
+	sources := []string{dashboards.SourceDCGM, dashboards.SourceAgent}
 
 	var report, empty, unchecked []string
 	for _, d := range dashboards.All() {
@@ -177,20 +187,15 @@ func TestDashboardsHaveDataOnTheDemo(t *testing.T) {
 				}
 				n := finite(series)
 				report = append(report, fmt.Sprintf("%s | %d series, %d values", where, len(series), n))
-				switch {
-				case n == 0 && knownEmpty[where]:
-					t.Logf("KNOWN EMPTY (to fix): %s\n    %s", where, expr)
-				case n == 0:
+				if n == 0 {
 					empty = append(empty, where+"\n    "+expr)
-				case knownEmpty[where]:
-					t.Errorf("%s has data now: remove it from knownEmpty", where)
 				}
 			}
 		}
 	}
 	t.Logf("variables: %v; data over %s of scraping; every query:\n%s", variables, end.Sub(start).Round(time.Second), strings.Join(report, "\n"))
 	if len(unchecked) > 0 {
-		t.Logf("NOT CHECKED (no dra_gpu_source_up: the node agent is not running):\n%s", strings.Join(unchecked, "\n"))
+		t.Errorf("queries of an unknown source, not checked:\n%s", strings.Join(unchecked, "\n"))
 	}
 	if len(empty) > 0 {
 		t.Errorf("queries without data on the demo:\n%s", strings.Join(empty, "\n"))
@@ -203,6 +208,60 @@ func TestDashboardsHaveDataOnTheDemo(t *testing.T) {
 		t.Errorf("rules failing to evaluate:\n%s", strings.Join(bad, "\n"))
 	}
 	t.Logf("took %s", time.Since(began).Round(100*time.Millisecond))
+}
+
+// agreeWithRulesJoin checks that, GPU by GPU, the node agents and the rule
+// bundle's join over dcgm-exporter (rules/gpu.yaml: the GPU's UUID ->
+// dra_claim_allocation_info -> dra_claim_reserved_for_info) name the same
+// namespace, pod and claim. Pods the kubelet has not prepared (llm-prepare's
+// NodePrepareResources failed) are where they differ by design: the rules
+// read the API's reservation, the agent what the kubelet prepared; they are
+// left out, and so is the device-plugin lane (the rules join claims only).
+func agreeWithRulesJoin(t *testing.T, prom *cluster.Prometheus, ns string, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	devices, err := prom.QueryAt(ctx, `namespace_claim_device:dcgm_gpu_utilization:ratio{namespace="`+ns+`"}`, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserved, err := prom.QueryAt(ctx, `dra_claim_reserved_for_info{namespace="`+ns+`"}`, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders, err := prom.QueryAt(ctx, `dra_gpu_holder_info{namespace="`+ns+`", lane=~"dra|dra-extended"}`, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := map[string][]string{} // claim -> pods
+	for _, s := range reserved {
+		pods[s.Labels["claim"]] = append(pods[s.Labels["claim"]], s.Labels["pod"])
+	}
+	viaRules, viaAgent := map[string]bool{}, map[string]bool{}
+	for _, s := range devices {
+		for _, pod := range pods[s.Labels["claim"]] {
+			if pod == "llm-prepare" {
+				continue
+			}
+			viaRules[strings.Join([]string{s.Labels["gpu_uuid"], s.Labels["namespace"], pod, s.Labels["claim"]}, " ")] = true
+		}
+	}
+	for _, s := range holders {
+		viaAgent[strings.Join([]string{s.Labels["gpu_uuid"], s.Labels["namespace"], s.Labels["pod"], s.Labels["claim"]}, " ")] = true
+	}
+	if len(viaRules) < 5 {
+		t.Errorf("the rules' join attributes %d GPU holders on the demo, want the demo's Ready and loading pods: %v", len(viaRules), viaRules)
+	}
+	for k := range viaRules {
+		if !viaAgent[k] {
+			t.Errorf("gpu_uuid namespace pod claim %q: in the rules' join, not in the node agent's dra_gpu_holder_info", k)
+		}
+	}
+	for k := range viaAgent {
+		if !viaRules[k] {
+			t.Errorf("gpu_uuid namespace pod claim %q: in the node agent's dra_gpu_holder_info, not in the rules' join", k)
+		}
+	}
+	t.Logf("node agents and rules agree on %d GPU holders", len(viaAgent))
 }
 
 // resolveVariables runs every dashboard variable's label_values query, as
