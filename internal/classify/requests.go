@@ -21,18 +21,23 @@ type candidate struct {
 	count       int64
 	admin       bool
 	tolerations []resourceapi.DeviceToleration
+	capacity    *resourceapi.CapacityRequirements
+}
+
+func (c candidate) demand() index.Demand {
+	return index.Demand{Tolerations: c.tolerations, Capacity: c.capacity}
 }
 
 func candidates(r resourceapi.DeviceRequest) []candidate {
 	if r.Exactly != nil {
 		e := r.Exactly
 		return []candidate{{name: r.Name, class: e.DeviceClassName, selectors: e.Selectors, mode: e.AllocationMode, count: e.Count,
-			admin: e.AdminAccess != nil && *e.AdminAccess, tolerations: e.Tolerations}}
+			admin: e.AdminAccess != nil && *e.AdminAccess, tolerations: e.Tolerations, capacity: e.Capacity}}
 	}
 	out := make([]candidate, 0, len(r.FirstAvailable))
 	for _, s := range r.FirstAvailable {
 		out = append(out, candidate{name: r.Name + "/" + s.Name, class: s.DeviceClassName, selectors: s.Selectors, mode: s.AllocationMode, count: s.Count,
-			tolerations: s.Tolerations})
+			tolerations: s.Tolerations, capacity: s.Capacity})
 	}
 	return out
 }
@@ -86,7 +91,7 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	failed := func(l Link, reason Reason, ev ...string) check {
 		l.State, l.Reason, l.Evidence = Fail, reason, ev
 		if reason == CapacityExhausted {
-			sel := w.s.Select(cand.class, cand.selectors, cand.tolerations)
+			sel := w.s.Select(cand.class, cand.selectors, cand.demand())
 			l.lowerPriorityHolders = sel.LowerPriorityHolders(w.s, w.p.Priority())
 			if w.explain && l.lowerPriorityHolders > 0 {
 				l.Evidence = append(l.Evidence, w.preemptionEvidence(sel, l.lowerPriorityHolders)...)
@@ -114,7 +119,7 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	}
 	ch.links = append(ch.links, pub)
 
-	sel := w.s.Select(class.Name, cand.selectors, cand.tolerations)
+	sel := w.s.Select(class.Name, cand.selectors, cand.demand())
 	selected := sel.Devices
 	var errEv []string
 	if sel.Errors > 0 {
@@ -336,7 +341,7 @@ func (w *walker) walkExtendedRequests() {
 			failedAny = true
 			continue
 		}
-		sel := w.s.Select(class.Name, nil, nil)
+		sel := w.s.Select(class.Name, nil, index.Demand{})
 		free := pluginFree + int64(sel.Free)
 		// One node serves the whole request: through its device plugin
 		// when it advertises the resource, else through DRA.
