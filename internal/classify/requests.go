@@ -125,7 +125,10 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	if sel.Errors > 0 {
 		errEv = append([]string{fmt.Sprintf("the selectors failed to evaluate on %d devices; the scheduler aborts allocation on every node that reaches one", sel.Errors)}, sel.ErrorSample...)
 	}
-	if len(cand.selectors) > 0 {
+	if sel.TooSmall > 0 {
+		errEv = append(errEv, fmt.Sprintf("the request's capacity requests (%s) exceed what %d devices have, or their request policy allows", capacityRequests(cand.capacity), sel.TooSmall))
+	}
+	if len(cand.selectors) > 0 || sel.TooSmall > 0 {
 		if len(selected) == 0 {
 			ev := []string{fmt.Sprintf("the request's selectors keep 0 of the %d devices of class %s", len(devices), class.Name)}
 			ev = append(ev, expressions(cand.selectors)...)
@@ -156,6 +159,7 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 			ev := []string{fmt.Sprintf("allocationMode All takes every matching device reachable from one node; no node has all of them free (%d of %d matching devices are free)", sel.Free, len(selected))}
 			if w.explain {
 				ev = append(ev, holders(w.s, selected)...)
+				ev = append(ev, shortfalls(w.s, selected, cand.demand())...)
 			}
 			return failed(capLink, CapacityExhausted, ev...)
 		}
@@ -175,8 +179,12 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 		} else {
 			ev = []string{fmt.Sprintf("%d of %d matching devices are free, the request needs %d", sel.Free, len(selected), need)}
 		}
+		if sel.FreeEach > sel.Free {
+			ev = append(ev, fmt.Sprintf("%d matching devices are free each on its own, but they draw on the same shared counters: %d can be allocated together", sel.FreeEach, sel.Free))
+		}
 		if w.explain {
 			ev = append(ev, holders(w.s, selected)...)
+			ev = append(ev, shortfalls(w.s, selected, cand.demand())...)
 		}
 		return failed(capLink, CapacityExhausted, ev...)
 	}

@@ -33,6 +33,9 @@ type Selection struct {
 	// after another, not each on its own: two overlapping MIG placements
 	// count once.
 	Free int
+	// FreeEach counts the kept devices available each on its own; more
+	// than Free when free partitions overlap.
+	FreeEach int
 	// BestNode is the node from which the most free devices are reachable,
 	// BestNodeFree that number; BestNode is "" when only network-attached
 	// devices are reachable.
@@ -66,14 +69,20 @@ type Selection struct {
 }
 
 // Holders returns the pods that hold the kept devices (through the claims
-// allocated to them, reserved for the pods), each once, lowest priority
-// first. It is computed once per selection: every pod blocked on the same
-// request asks the same question.
+// allocated to them, or to partitions drawing on the same shared counters,
+// reserved for the pods), each once, lowest priority first. It is computed
+// once per selection: every pod blocked on the same request asks the same
+// question.
 func (sel *Selection) Holders(s *Snapshot) []*Pod {
 	sel.holdersOnce.Do(func() {
 		seen := map[*Pod]bool{}
+		var held []DeviceKey
 		for _, d := range sel.Devices {
-			for _, c := range s.AllocatedTo(d.Key) {
+			// Partitions on the same counters hold a device too.
+			held = append(append(held, d.Key), s.CounterSiblings(d)...)
+		}
+		for _, k := range held {
+			for _, c := range s.AllocatedTo(k) {
 				for _, r := range c.Obj.Status.ReservedFor {
 					if r.Resource != "pods" || r.APIGroup != "" {
 						continue
@@ -220,6 +229,7 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 		if !s.availableFor(d, dm) {
 			continue
 		}
+		res.FreeEach++
 		if len(d.Counters) > 0 && !s.InUse(d.Key) {
 			t.partitions = append(t.partitions, d)
 			continue
