@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -26,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/objects"
 	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 )
 
@@ -186,5 +188,55 @@ func checkDevicesAgree(t *testing.T, objs []any) {
 		if got := s.Available(d); got != want {
 			t.Errorf("%s: Available = %v, the scheduler's allocator says %v", d.Key, got, want)
 		}
+	}
+}
+
+// TestScenariosAgreeWithAllocator runs the cross-check on the golden
+// scenarios of both features: every device's verdict, and for every
+// pending claim whether some node could allocate it now (the scenarios
+// have no constraints or node affinity, so counts of free devices decide).
+func TestScenariosAgreeWithAllocator(t *testing.T) {
+	for _, dir := range []string{"partitionable", "consumable-capacity", "mig"} {
+		t.Run(dir, func(t *testing.T) {
+			loaded, problems, err := objects.LoadFiles([]string{filepath.Join("../../testdata", dir, "objects.yaml")})
+			if err != nil || len(problems) > 0 {
+				t.Fatalf("load: %v %v", err, problems)
+			}
+			var objs []any
+			var nodes []string
+			for _, o := range loaded {
+				objs = append(objs, o)
+				if n, ok := o.(*corev1.Node); ok {
+					nodes = append(nodes, n.Name)
+				}
+			}
+			if dir == "mig" {
+				// Its mig-node-2 slice has devices and shared counters in
+				// one slice, which the API rejects and the allocator reads
+				// as a counter slice only; mig-node-1 is plain.
+				objs = slices.DeleteFunc(objs, func(o any) bool {
+					s, ok := o.(*resourceapi.ResourceSlice)
+					return ok && len(s.Spec.SharedCounters) > 0
+				})
+			}
+			checkDevicesAgree(t, objs)
+			s := Build(t, index.Config{}, objs...).Snapshot()
+			a := newAllocator(t, objs)
+			for _, c := range s.Claims {
+				if c.Allocated() {
+					continue
+				}
+				want := slices.ContainsFunc(nodes, func(n string) bool { return a.allocates(n, c.Obj) })
+				got := true
+				for _, r := range c.Obj.Spec.Devices.Requests {
+					e := r.Exactly
+					sel := s.Select(e.DeviceClassName, e.Selectors, index.Demand{Tolerations: e.Tolerations, Capacity: e.Capacity})
+					got = got && int64(sel.BestNodeFree) >= max(e.Count, 1)
+				}
+				if got != want {
+					t.Errorf("claim %s: enough free on one node = %v, the scheduler's allocator: allocatable = %v", c.Key, got, want)
+				}
+			}
+		})
 	}
 }
