@@ -125,7 +125,9 @@ func TestConsumableCapacity(t *testing.T) {
 	device := map[string]string{"driver": cluster.Driver, "pool": node, "node": node, "device": "gpu-0", "capacity": "memory"}
 	left := resource.MustParse("13Gi") // 141Gi less two shares of 64Gi
 	eventually(t, waitMetric, "two shares: 13Gi left, allocated and free", all(
-		func(m cluster.Metrics) error { return one(m, "dra_device_capacity_remaining", device, left.AsApproximateFloat64()) },
+		func(m cluster.Metrics) error {
+			return one(m, "dra_device_capacity_remaining", device, left.AsApproximateFloat64())
+		},
 		classFree(cluster.GPUClass, node, 1)))
 
 	createPod(t, cluster.PodWithTemplate(ns, "chat-2", "h200-64g"))
