@@ -60,6 +60,19 @@ func all(checks ...func(cluster.Metrics) error) func(cluster.Metrics) error {
 	}
 }
 
+// exhausted waits for the scheduler to give up on the pod and the exporter
+// to call it capacity_exhausted, and for explain to give the evidence.
+func exhausted(t *testing.T, ns, pod, evidence string) {
+	t.Helper()
+	unschedulable(t, ns, pod)
+	eventually(t, waitMetric, pod+" capacity_exhausted", func(m cluster.Metrics) error {
+		return one(m, "dra_pod_blocked", blockedLabels(ns, pod, "scheduler", "capacity_exhausted"), 1)
+	})
+	if out := explain(t, ns+"/"+pod, "reason=capacity_exhausted"); !strings.Contains(out, evidence) {
+		t.Errorf("explain %s/%s does not say %q:\n%s", ns, pod, evidence, out)
+	}
+}
+
 // TestPartitionableDevices (KEP-4815, beta and on by default in 1.37: no
 // feature gate): a node publishes a partitionable A100 as the API requires
 // (a counter slice and a device slice, which the API server validates);
@@ -88,13 +101,7 @@ func TestPartitionableDevices(t *testing.T) {
 
 	createTemplate(t, cluster.ClaimTemplate(ns, "whole-a100", cluster.GPUClass, fmt.Sprintf("device.attributes['gpu.nvidia.com'].productName == %q", nvidia.A100)))
 	createPod(t, cluster.PodWithTemplate(ns, "trainer-0", "whole-a100"))
-	unschedulable(t, ns, "trainer-0")
-	eventually(t, waitMetric, "whole-GPU pod capacity_exhausted", func(m cluster.Metrics) error {
-		return one(m, "dra_pod_blocked", blockedLabels(ns, "trainer-0", "scheduler", "capacity_exhausted"), 1)
-	})
-	if out := explain(t, ns+"/trainer-0", "reason=capacity_exhausted"); !strings.Contains(out, "shares counters with allocated partitions") {
-		t.Errorf("explain does not name the partition that drew the counters:\n%s", out)
-	}
+	exhausted(t, ns, "trainer-0", "shares counters with allocated partitions")
 	// Counter slices, consumesCounters and the allocation survive the
 	// informers and the trimmer as they survive a file.
 	liveMatchesSnapshot(t)
@@ -131,13 +138,7 @@ func TestConsumableCapacity(t *testing.T) {
 		classFree(cluster.GPUClass, node, 1)))
 
 	createPod(t, cluster.PodWithTemplate(ns, "chat-2", "h200-64g"))
-	unschedulable(t, ns, "chat-2")
-	eventually(t, waitMetric, "a third share of 64Gi capacity_exhausted", func(m cluster.Metrics) error {
-		return one(m, "dra_pod_blocked", blockedLabels(ns, "chat-2", "scheduler", "capacity_exhausted"), 1)
-	})
-	if out := explain(t, ns+"/chat-2", "reason=capacity_exhausted"); !strings.Contains(out, "13Gi of 141Gi memory left, the request needs 64Gi") {
-		t.Errorf("explain does not say how much memory is left:\n%s", out)
-	}
+	exhausted(t, ns, "chat-2", "13Gi of 141Gi memory left, the request needs 64Gi")
 	// shareID and consumedCapacity survive the informers and the trimmer.
 	liveMatchesSnapshot(t)
 }
