@@ -92,9 +92,10 @@ func snakeCase(s string) string {
 }
 
 type deviceCollector struct {
-	attrs  []AttributeLabel
-	info   *Def
-	memory *Def
+	attrs     []AttributeLabel
+	info      *Def
+	memory    *Def
+	remaining *Def
 }
 
 // NewDeviceCollector exports every published device with its attributes.
@@ -110,11 +111,14 @@ func NewDeviceCollector(attrs []AttributeLabel) Collector {
 			doc("Only the newest generation of each pool is read. Always 1."),
 		memory: newDef("dra_device_memory_bytes", typeGauge,
 			"The memory capacity a ResourceSlice publishes for the device, in bytes.", "driver", "pool", "node", "device"),
+		remaining: newDef("dra_device_capacity_remaining", typeGauge,
+			"What is left of a shared device's capacity after the claims that share it.", "driver", "pool", "node", "device", "capacity").
+			doc("Only devices with allowMultipleAllocations (KEP-5075): the published capacity less the consumedCapacity of every allocation of the device. capacity is the capacity's name as published (memory in bytes). A request asking more than is left on every matching device waits with reason capacity_exhausted."),
 	}
 }
 
 func (c *deviceCollector) Name() string { return "device" }
-func (c *deviceCollector) Defs() []*Def { return []*Def{c.info, c.memory} }
+func (c *deviceCollector) Defs() []*Def { return []*Def{c.info, c.memory, c.remaining} }
 
 func (c *deviceCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
 	lvs := make([]string, 0, 5+len(c.attrs))
@@ -127,6 +131,9 @@ func (c *deviceCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) err
 		e.gauge(c.info, 1, lvs...)
 		if q, ok := capacity(d, "memory"); ok {
 			e.gauge(c.memory, q, d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device)
+		}
+		for name, q := range s.RemainingCapacity(d) {
+			e.gauge(c.remaining, q.AsApproximateFloat64(), d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device, string(name))
 		}
 	}
 	return nil

@@ -10,7 +10,7 @@ var (
 	classDevices = newDef("dra_device_class_devices", typeGauge,
 		"Devices a DeviceClass selects, per node and state (total, allocated, free).",
 		"device_class", "node", "state").
-		doc("Selection is the scheduler's CEL over every published device. free is allocatable now; total minus allocated minus free are tainted, blocked by shared counters, or on a cordoned or NotReady node. A class that selects nothing reports total 0 with node \"\".")
+		doc("Selection is the scheduler's CEL over every published device. free is what new claims could be allocated now, as the scheduler's allocator decides: partitions drawing on one set of shared counters (KEP-4815, MIG placements) count as many as could be allocated together, so two overlapping placements count once, and a whole GPU whose counters a placement drew is not free. A shared device (allowMultipleAllocations, KEP-5075) in use is allocated and also free while a share fits, so allocated plus free may pass total. Devices neither allocated nor free are tainted, blocked by shared counters, in a pool the driver is republishing, or on a cordoned or NotReady node. A class that selects nothing reports total 0 with node \"\".")
 	classSelectorErrors = newDef("dra_device_class_selector_errors", typeGauge,
 		"Devices on which the DeviceClass selectors failed to evaluate.",
 		"device_class").

@@ -21,18 +21,23 @@ type candidate struct {
 	count       int64
 	admin       bool
 	tolerations []resourceapi.DeviceToleration
+	capacity    *resourceapi.CapacityRequirements
+}
+
+func (c candidate) demand() index.Demand {
+	return index.Demand{Tolerations: c.tolerations, Capacity: c.capacity}
 }
 
 func candidates(r resourceapi.DeviceRequest) []candidate {
 	if r.Exactly != nil {
 		e := r.Exactly
 		return []candidate{{name: r.Name, class: e.DeviceClassName, selectors: e.Selectors, mode: e.AllocationMode, count: e.Count,
-			admin: e.AdminAccess != nil && *e.AdminAccess, tolerations: e.Tolerations}}
+			admin: e.AdminAccess != nil && *e.AdminAccess, tolerations: e.Tolerations, capacity: e.Capacity}}
 	}
 	out := make([]candidate, 0, len(r.FirstAvailable))
 	for _, s := range r.FirstAvailable {
 		out = append(out, candidate{name: r.Name + "/" + s.Name, class: s.DeviceClassName, selectors: s.Selectors, mode: s.AllocationMode, count: s.Count,
-			tolerations: s.Tolerations})
+			tolerations: s.Tolerations, capacity: s.Capacity})
 	}
 	return out
 }
@@ -86,7 +91,7 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	failed := func(l Link, reason Reason, ev ...string) check {
 		l.State, l.Reason, l.Evidence = Fail, reason, ev
 		if reason == CapacityExhausted {
-			sel := w.s.Select(cand.class, cand.selectors, cand.tolerations)
+			sel := w.s.Select(cand.class, cand.selectors, cand.demand())
 			l.lowerPriorityHolders = sel.LowerPriorityHolders(w.s, w.p.Priority())
 			if w.explain && l.lowerPriorityHolders > 0 {
 				l.Evidence = append(l.Evidence, w.preemptionEvidence(sel, l.lowerPriorityHolders)...)
@@ -114,13 +119,16 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	}
 	ch.links = append(ch.links, pub)
 
-	sel := w.s.Select(class.Name, cand.selectors, cand.tolerations)
+	sel := w.s.Select(class.Name, cand.selectors, cand.demand())
 	selected := sel.Devices
 	var errEv []string
 	if sel.Errors > 0 {
 		errEv = append([]string{fmt.Sprintf("the selectors failed to evaluate on %d devices; the scheduler aborts allocation on every node that reaches one", sel.Errors)}, sel.ErrorSample...)
 	}
-	if len(cand.selectors) > 0 {
+	if sel.TooSmall > 0 {
+		errEv = append(errEv, fmt.Sprintf("the request's capacity requests (%s) exceed what %d devices have, or their request policy allows", capacityRequests(cand.capacity), sel.TooSmall))
+	}
+	if len(cand.selectors) > 0 || sel.TooSmall > 0 {
 		if len(selected) == 0 {
 			ev := []string{fmt.Sprintf("the request's selectors keep 0 of the %d devices of class %s", len(devices), class.Name)}
 			ev = append(ev, expressions(cand.selectors)...)
@@ -151,6 +159,7 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 			ev := []string{fmt.Sprintf("allocationMode All takes every matching device reachable from one node; no node has all of them free (%d of %d matching devices are free)", sel.Free, len(selected))}
 			if w.explain {
 				ev = append(ev, holders(w.s, selected)...)
+				ev = append(ev, shortfalls(w.s, selected, cand.demand())...)
 			}
 			return failed(capLink, CapacityExhausted, ev...)
 		}
@@ -170,8 +179,12 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 		} else {
 			ev = []string{fmt.Sprintf("%d of %d matching devices are free, the request needs %d", sel.Free, len(selected), need)}
 		}
+		if sel.FreeEach > sel.Free {
+			ev = append(ev, fmt.Sprintf("%d matching devices are free each on its own, but they draw on the same shared counters: %d can be allocated together", sel.FreeEach, sel.Free))
+		}
 		if w.explain {
 			ev = append(ev, holders(w.s, selected)...)
+			ev = append(ev, shortfalls(w.s, selected, cand.demand())...)
 		}
 		return failed(capLink, CapacityExhausted, ev...)
 	}
@@ -336,7 +349,7 @@ func (w *walker) walkExtendedRequests() {
 			failedAny = true
 			continue
 		}
-		sel := w.s.Select(class.Name, nil, nil)
+		sel := w.s.Select(class.Name, nil, index.Demand{})
 		free := pluginFree + int64(sel.Free)
 		// One node serves the whole request: through its device plugin
 		// when it advertises the resource, else through DRA.

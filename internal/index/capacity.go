@@ -6,9 +6,11 @@ import (
 )
 
 // Device states in capacity figures. A device that is neither allocated nor
-// free is unavailable: tainted, or a sibling partition uses its shared
-// counters. A shareable device in use is allocated, not free: how much of
-// its capacity is left (consumedCapacity) is not modelled.
+// free is unavailable: tainted, its pool incomplete or invalid, or a sibling
+// partition uses its shared counters. A shareable device in use is
+// allocated, and also free while a new share of its capacity fits, so
+// allocated plus free may pass total. Free partitions of one counter set
+// count as many as could be allocated together.
 const (
 	StateTotal     = "total"
 	StateAllocated = "allocated"
@@ -33,18 +35,16 @@ func (s *Snapshot) ClassCapacity() []Capacity {
 	var out []Capacity
 	for _, c := range s.Classes {
 		byNode := map[string]*Capacity{}
+		sel := s.Select(c.Name, nil, Demand{Least: true})
 		for _, d := range s.classDevices[c.Name] {
 			row := byNode[d.Node]
 			if row == nil {
-				row = &Capacity{DeviceClass: c.Name, Node: d.Node}
+				row = &Capacity{DeviceClass: c.Name, Node: d.Node, Free: sel.freeAt(d.Node)}
 				byNode[d.Node] = row
 			}
 			row.Total++
-			switch {
-			case s.InUse(d.Key):
+			if s.InUse(d.Key) {
 				row.Allocated++
-			case s.Available(d):
-				row.Free++
 			}
 		}
 		if len(byNode) == 0 {
@@ -78,8 +78,12 @@ func (s *Snapshot) LaneCapacity() []Capacity {
 		return r
 	}
 	for _, c := range s.Classes {
+		sel := s.Select(c.Name, nil, Demand{Least: true})
 		for _, d := range s.classDevices[c.Name] {
 			dra := row(LaneDRA, c.Name, d.Node)
+			if dra.Total == 0 {
+				dra.Free = sel.freeAt(d.Node)
+			}
 			dra.Total++
 			claims := s.AllocatedTo(d.Key)
 			switch {
@@ -87,8 +91,6 @@ func (s *Snapshot) LaneCapacity() []Capacity {
 				dra.Allocated++
 			case len(claims) > 0:
 				row(LaneDRAExtended, c.Name, d.Node).Allocated++
-			case s.Available(d):
-				dra.Free++
 			}
 		}
 	}

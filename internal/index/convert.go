@@ -54,10 +54,12 @@ func newClaim(obj *resourceapi.ResourceClaim) *Claim {
 			class = c.Requests[parent]
 		}
 		c.Results = append(c.Results, Result{
-			Request:     r.Request,
-			Class:       class,
-			Device:      DeviceKey{Driver: r.Driver, Pool: r.Pool, Device: r.Device},
-			AdminAccess: r.AdminAccess != nil && *r.AdminAccess,
+			Request:          r.Request,
+			Class:            class,
+			Device:           DeviceKey{Driver: r.Driver, Pool: r.Pool, Device: r.Device},
+			AdminAccess:      r.AdminAccess != nil && *r.AdminAccess,
+			Shared:           r.ShareID != nil,
+			ConsumedCapacity: r.ConsumedCapacity,
 		})
 	}
 	return c

@@ -470,8 +470,13 @@ func TestAdminAccessNotCounted(t *testing.T) {
 func TestAllocatedToAndShareable(t *testing.T) {
 	shared := GPUDevice("gpu-0", "GPU-0")
 	shared.AllowMultipleAllocations = Ptr(true)
-	a := Allocated(Claim("a", "uid-a"), "node-1", time.Time{}, Result("gpu", "node-1", "gpu-0"))
-	b := Allocated(Claim("b", "uid-b"), "node-1", time.Time{}, Result("gpu", "node-1", "gpu-0"))
+	withShare := func(c *resourceapi.ResourceClaim, id string) *resourceapi.ResourceClaim {
+		uid := types.UID(id)
+		c.Status.Allocation.Devices.Results[0].ShareID = &uid
+		return c
+	}
+	a := withShare(Allocated(Claim("a", "uid-a"), "node-1", time.Time{}, Result("gpu", "node-1", "gpu-0")), "00000000-0000-4000-8000-00000000000a")
+	b := withShare(Allocated(Claim("b", "uid-b"), "node-1", time.Time{}, Result("gpu", "node-1", "gpu-0")), "00000000-0000-4000-8000-00000000000b")
 	s := Build(t, index.Config{}, GPUClass(), Slice("node-1", "node-1", 1, shared), a, b).Snapshot()
 	k := DevKey("node-1", "gpu-0")
 	if got := len(s.AllocatedTo(k)); got != 2 {
@@ -480,14 +485,14 @@ func TestAllocatedToAndShareable(t *testing.T) {
 	if !s.Available(s.Device(k)) {
 		t.Errorf("a shareable device in use should still be available")
 	}
-	// In the capacity figures it is allocated, not free: what is left of
-	// its capacity (consumedCapacity) is not modelled, and a fully used
-	// device must not read free.
-	want := []index.Capacity{{DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 0}}
+	// In the capacity figures it is allocated, and free too: the shares
+	// consumed nothing of its capacity (consumedCapacity absent), so a
+	// further share fits.
+	want := []index.Capacity{{DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 1}}
 	if got := s.ClassCapacity(); !slices.Equal(got, want) {
 		t.Errorf("ClassCapacity = %+v, want %+v", got, want)
 	}
-	wantLane := []index.Capacity{{Lane: index.LaneDRA, DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 0}}
+	wantLane := []index.Capacity{{Lane: index.LaneDRA, DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 1}}
 	if got := s.LaneCapacity(); !slices.Equal(got, wantLane) {
 		t.Errorf("LaneCapacity = %+v, want %+v", got, wantLane)
 	}
@@ -1018,7 +1023,7 @@ func TestSelectMemoAndErrors(t *testing.T) {
 	all := DeviceClass("all", "device.driver == 'gpu.nvidia.com'")
 	s := Build(t, index.Config{}, all, Slice("node-1", "node-1", 1, d, m)).Snapshot()
 	sel := CEL("device.attributes['gpu.nvidia.com'].profile == '1g.5gb'")
-	got := s.Select("all", sel, nil)
+	got := s.Select("all", sel, index.Demand{})
 	if len(got.Devices) != 1 || got.Devices[0].Key.Device != "gpu-1-mig" || got.Free != 1 {
 		t.Errorf("Select = %v (%d free), want the free MIG device", got.Devices, got.Free)
 	}
@@ -1029,7 +1034,7 @@ func TestSelectMemoAndErrors(t *testing.T) {
 	if got.Nodes != 0 || got.BestNodeFree != 0 {
 		t.Errorf("Select usable nodes = %d (best %d free), want none", got.Nodes, got.BestNodeFree)
 	}
-	if again := s.Select("all", sel, nil); again != got {
+	if again := s.Select("all", sel, index.Demand{}); again != got {
 		t.Errorf("Select is not memoised")
 	}
 }

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -27,6 +28,9 @@ type pool struct {
 	// counters are the pool's shared counter sets (newest generation):
 	// counter set -> counter -> value.
 	counters map[string]map[string]resource.Quantity
+	// problem says why the scheduler allocates nothing from the pool now
+	// ("" when it may): incomplete, or invalid.
+	problem string
 }
 
 func (ix *Index) upsertSlice(s *resourceapi.ResourceSlice) {
@@ -76,13 +80,19 @@ func (ix *Index) rebuildPool(pk PoolKey, p *pool) {
 	names := slices.Sorted(maps.Keys(p.slices))
 	devices := make(map[string]*Device, len(p.devices))
 	counters := map[string]map[string]resource.Quantity{}
+	var current []*resourceapi.ResourceSlice
+	problem := ""
 	for _, name := range names {
 		s := p.slices[name]
 		if s.Spec.Pool.Generation != p.generation {
 			continue
 		}
+		current = append(current, s)
 		for _, cs := range s.Spec.SharedCounters {
 			set := counters[cs.Name]
+			if set != nil && problem == "" {
+				problem = fmt.Sprintf("invalid: counter set %s is published twice", cs.Name)
+			}
 			if set == nil {
 				set = map[string]resource.Quantity{}
 				counters[cs.Name] = set
@@ -94,7 +104,10 @@ func (ix *Index) rebuildPool(pk PoolKey, p *pool) {
 		for i := range s.Spec.Devices {
 			d := &s.Spec.Devices[i]
 			if _, dup := devices[d.Name]; dup {
-				continue // invalid pool: the first slice by name wins
+				if problem == "" {
+					problem = fmt.Sprintf("invalid: device %s is published twice", d.Name)
+				}
+				continue // the first slice by name wins
 			}
 			if old := p.devices[d.Name]; old != nil && old.slice == s {
 				devices[d.Name] = old
@@ -113,6 +126,38 @@ func (ix *Index) rebuildPool(pk PoolKey, p *pool) {
 	}
 	p.devices = devices
 	p.counters = counters
+	p.problem = poolProblem(current, devices, counters, problem)
+}
+
+// poolProblem says, as the scheduler's allocator (structured.GatherPools)
+// decides, why no device of the pool can be allocated now: fewer slices of
+// the newest generation than resourceSliceCount (the driver is
+// republishing), a device consuming a counter the pool does not publish, or
+// the duplicate found while reading the slices. A resourceSliceCount of 0
+// (hand-written objects; the API requires at least 1) checks nothing.
+func poolProblem(current []*resourceapi.ResourceSlice, devices map[string]*Device, counters map[string]map[string]resource.Quantity, dup string) string {
+	if len(current) > 0 {
+		if want := current[0].Spec.Pool.ResourceSliceCount; want > 0 && int64(len(current)) != want {
+			return fmt.Sprintf("incomplete: %d of %d slices published", len(current), want)
+		}
+	}
+	if dup != "" {
+		return dup
+	}
+	for _, name := range slices.Sorted(maps.Keys(devices)) {
+		for _, cc := range devices[name].Counters {
+			set, ok := counters[cc.CounterSet]
+			if !ok {
+				return fmt.Sprintf("invalid: device %s consumes counter set %s, which the pool does not publish", name, cc.CounterSet)
+			}
+			for _, c := range slices.Sorted(maps.Keys(cc.Counters)) {
+				if _, ok := set[c]; !ok {
+					return fmt.Sprintf("invalid: device %s consumes counter %s, which counter set %s does not have", name, c, cc.CounterSet)
+				}
+			}
+		}
+	}
+	return ""
 }
 
 func (ix *Index) newDevice(pk PoolKey, s *resourceapi.ResourceSlice, d *resourceapi.Device) *Device {

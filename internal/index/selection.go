@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/dra-exporter/dra-exporter/internal/celmatch"
 )
@@ -26,9 +27,15 @@ import (
 type Selection struct {
 	// Devices are the class devices the selectors keep.
 	Devices []*Device
-	// Free counts those a new allocation could take (see Available; the
-	// request's tolerations apply to device taints).
+	// Free counts those new allocations could take now (see Available;
+	// the request's tolerations and capacity requests apply). Partitions
+	// drawing on one counter set count as many as could be allocated one
+	// after another, not each on its own: two overlapping MIG placements
+	// count once.
 	Free int
+	// FreeEach counts the kept devices available each on its own; more
+	// than Free when free partitions overlap.
+	FreeEach int
 	// BestNode is the node from which the most free devices are reachable,
 	// BestNodeFree that number; BestNode is "" when only network-attached
 	// devices are reachable.
@@ -49,6 +56,10 @@ type Selection struct {
 	Errors      int
 	ErrorSample []string
 	Nodes       int
+	// TooSmall counts devices the selectors keep whose whole capacity, or
+	// request policy, cannot serve the request's capacity.requests: they
+	// are left out of Devices, as if a selector excluded them.
+	TooSmall int
 
 	freeOn      map[string]int
 	networkFree int
@@ -58,14 +69,20 @@ type Selection struct {
 }
 
 // Holders returns the pods that hold the kept devices (through the claims
-// allocated to them, reserved for the pods), each once, lowest priority
-// first. It is computed once per selection: every pod blocked on the same
-// request asks the same question.
+// allocated to them, or to partitions drawing on the same shared counters,
+// reserved for the pods), each once, lowest priority first. It is computed
+// once per selection: every pod blocked on the same request asks the same
+// question.
 func (sel *Selection) Holders(s *Snapshot) []*Pod {
 	sel.holdersOnce.Do(func() {
 		seen := map[*Pod]bool{}
+		var held []DeviceKey
 		for _, d := range sel.Devices {
-			for _, c := range s.AllocatedTo(d.Key) {
+			// Partitions on the same counters hold a device too.
+			held = append(append(held, d.Key), s.CounterSiblings(d)...)
+		}
+		for _, k := range held {
+			for _, c := range s.AllocatedTo(k) {
 				for _, r := range c.Obj.Status.ReservedFor {
 					if r.Resource != "pods" || r.APIGroup != "" {
 						continue
@@ -104,13 +121,22 @@ func (sel *Selection) LowerPriorityHolders(s *Snapshot, prio int32) int {
 // take: the node's own and the network-attached ones.
 func (sel *Selection) FreeOn(node string) int { return sel.freeOn[node] + sel.networkFree }
 
+// freeAt is FreeOn without the network-attached devices; node "" counts
+// only those.
+func (sel *Selection) freeAt(node string) int {
+	if node == "" {
+		return sel.networkFree
+	}
+	return sel.freeOn[node]
+}
+
 // DeviceNodes returns the nodes with local kept devices, sorted.
 func (sel *Selection) DeviceNodes() []string { return slices.Sorted(maps.Keys(sel.freeOn)) }
 
-// Select returns what a request with these selectors and tolerations can
-// get from the class. Results are memoised per snapshot: pods from one
+// Select returns what a request with these selectors and demand can get
+// from the class. Results are memoised per snapshot: pods from one
 // template share their selectors, and a scrape classifies them all.
-func (s *Snapshot) Select(class string, selectors []resourceapi.DeviceSelector, tolerations []resourceapi.DeviceToleration) *Selection {
+func (s *Snapshot) Select(class string, selectors []resourceapi.DeviceSelector, dm Demand) *Selection {
 	var b strings.Builder
 	b.WriteString(class)
 	for _, sel := range selectors {
@@ -119,8 +145,17 @@ func (s *Snapshot) Select(class string, selectors []resourceapi.DeviceSelector, 
 			b.WriteString(sel.CEL.Expression)
 		}
 	}
-	for _, t := range tolerations {
+	for _, t := range dm.Tolerations {
 		fmt.Fprintf(&b, "\x01%s=%s:%s:%s", t.Key, t.Operator, t.Value, t.Effect)
+	}
+	if dm.Capacity != nil {
+		for _, name := range slices.Sorted(maps.Keys(dm.Capacity.Requests)) {
+			q := dm.Capacity.Requests[name]
+			fmt.Fprintf(&b, "\x02%s=%s", name, q.String())
+		}
+	}
+	if dm.Least {
+		b.WriteString("\x03")
 	}
 	key := b.String()
 	s.memoMu.Lock()
@@ -129,16 +164,22 @@ func (s *Snapshot) Select(class string, selectors []resourceapi.DeviceSelector, 
 	if ok {
 		return res
 	}
-	res = s.selectDevices(class, selectors, tolerations)
+	res = s.selectDevices(class, selectors, dm)
 	s.memoMu.Lock()
 	s.selectorMemo[key] = res
 	s.memoMu.Unlock()
 	return res
 }
 
-type nodeTally struct{ kept, free int }
+// nodeTally counts the kept devices reachable from one node (or the
+// network-attached ones), and those a new allocation could take; partitions
+// waits for the joint count.
+type nodeTally struct {
+	kept, free int
+	partitions []*Device
+}
 
-func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSelector, tolerations []resourceapi.DeviceToleration) *Selection {
+func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSelector, dm Demand) *Selection {
 	res := &Selection{}
 	byNode := map[string]*nodeTally{}
 	var network nodeTally
@@ -171,6 +212,10 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 				continue
 			}
 		}
+		if !s.couldEverFit(d, dm) {
+			res.TooSmall++
+			continue
+		}
 		res.Devices = append(res.Devices, d)
 		t := &network
 		if d.Node != "" {
@@ -181,10 +226,27 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 			}
 		}
 		t.kept++
-		if s.availableWith(d, tolerations) {
-			res.Free++
-			t.free++
+		if !s.availableFor(d, dm) {
+			continue
 		}
+		res.FreeEach++
+		if len(d.Counters) > 0 && !s.InUse(d.Key) {
+			t.partitions = append(t.partitions, d)
+			continue
+		}
+		t.free++
+	}
+	// Partitions of one counter set cannot all be given out: count how
+	// many a sequence of new claims could take.
+	for _, t := range byNode {
+		t.free += s.jointCount(t.partitions)
+		t.partitions = nil
+	}
+	network.free += s.jointCount(network.partitions)
+	network.partitions = nil
+	res.Free = network.free
+	for _, t := range byNode {
+		res.Free += t.free
 	}
 	if len(res.ErrorSample) > 3 {
 		slices.Sort(res.ErrorSample) // a stable sample whatever the map order
@@ -223,4 +285,51 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 		consider("", nodeTally{})
 	}
 	return res
+}
+
+// jointCount returns how many of the devices (each available on its own,
+// each consuming shared counters) could be allocated one after another:
+// the least-consuming first, as a first fit over MIG placements takes the
+// small profiles first. It is a lower bound of the best packing, exact for
+// a single request (one device) and for placements of one size.
+func (s *Snapshot) jointCount(devices []*Device) int {
+	if len(devices) <= 1 {
+		return len(devices)
+	}
+	slices.SortFunc(devices, func(a, b *Device) int {
+		if c := cmp.Compare(counterWeight(a), counterWeight(b)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key.String(), b.Key.String())
+	})
+	taken := map[counterSetKey]map[string]resource.Quantity{}
+	n := 0
+	for _, d := range devices {
+		if s.countersCover(d, taken) {
+			take(d, taken)
+			n++
+		}
+	}
+	return n
+}
+
+func counterWeight(d *Device) float64 {
+	var w float64
+	for _, cc := range d.Counters {
+		for _, c := range cc.Counters {
+			w += c.Value.AsApproximateFloat64()
+		}
+	}
+	return w
+}
+
+// couldEverFit reports whether the device could serve the request's
+// capacity.requests were nothing allocated: it has each capacity asked
+// for, and the request, rounded up by its policy, is allowed and no larger
+// than the whole capacity.
+func (s *Snapshot) couldEverFit(d *Device, dm Demand) bool {
+	if dm.Capacity == nil || len(dm.Capacity.Requests) == 0 {
+		return true
+	}
+	return (&Snapshot{}).capacityFits(d, Demand{Capacity: dm.Capacity})
 }

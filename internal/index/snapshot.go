@@ -27,6 +27,7 @@ type Snapshot struct {
 	TaintRules []*resourceapi.DeviceTaintRule
 
 	poolCounters    map[PoolKey]map[string]map[string]resource.Quantity
+	poolProblems    map[PoolKey]string
 	unreservedSince map[types.UID]time.Time
 	devicePlugin    []string
 	matcher         *celmatch.Matcher
@@ -43,6 +44,11 @@ type Snapshot struct {
 	classErrors   map[string][]*Device // devices a class's selectors failed on
 	usage         map[DeviceKey]*deviceUsage
 	remaining     map[PoolKey]map[string]map[string]resource.Quantity
+	// overdrawn pools have a counter below zero: the allocator then gives
+	// out none of their counter-consuming devices.
+	overdrawn map[PoolKey]bool
+	// counterUsers are the allocated devices drawing on each counter set.
+	counterUsers map[counterSetKey][]DeviceKey
 
 	memoMu       sync.Mutex
 	taintsOnce   sync.Once
@@ -55,6 +61,27 @@ type Snapshot struct {
 
 type deviceUsage struct {
 	claims []*Claim
+	// exclusive is set when an allocation without a shareID holds the
+	// device: the scheduler then gives it to nobody else.
+	exclusive bool
+	// consumed sums the consumedCapacity of the shared allocations.
+	consumed map[resourceapi.QualifiedName]resource.Quantity
+}
+
+func (u *deviceUsage) add(c *Claim, r Result) {
+	u.claims = append(u.claims, c)
+	if !r.Shared {
+		u.exclusive = true
+		return
+	}
+	for name, q := range r.ConsumedCapacity {
+		if u.consumed == nil {
+			u.consumed = map[resourceapi.QualifiedName]resource.Quantity{}
+		}
+		sum := u.consumed[name]
+		sum.Add(q)
+		u.consumed[name] = sum
+	}
 }
 
 // Snapshot returns a consistent view. It holds the index lock only while it
@@ -77,6 +104,12 @@ func (ix *Index) Snapshot() *Snapshot {
 	for pk, p := range ix.pools {
 		if len(p.counters) > 0 {
 			s.poolCounters[pk] = p.counters
+		}
+		if p.problem != "" {
+			if s.poolProblems == nil {
+				s.poolProblems = map[PoolKey]string{}
+			}
+			s.poolProblems[pk] = p.problem
 		}
 	}
 	ix.mu.RUnlock()
@@ -128,7 +161,7 @@ func (s *Snapshot) build() {
 				u = &deviceUsage{}
 				s.usage[r.Device] = u
 			}
-			u.claims = append(u.claims, c)
+			u.add(c, r)
 		}
 	}
 	s.podsByKey = make(map[Key]*Pod, len(s.Pods))

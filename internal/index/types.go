@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
@@ -154,6 +155,13 @@ type Result struct {
 	Device  DeviceKey
 	// AdminAccess allocations do not take the device from others.
 	AdminAccess bool
+	// Shared is set when the result carries a shareID: one of several
+	// allocations of a device with allowMultipleAllocations. The scheduler
+	// treats a result without one as taking the whole device.
+	Shared bool
+	// ConsumedCapacity is what a shared allocation takes of the device's
+	// capacity (status.allocation.devices.results[].consumedCapacity).
+	ConsumedCapacity map[resourceapi.QualifiedName]resource.Quantity
 }
 
 // Allocated reports whether the claim has an allocation.

@@ -11,6 +11,8 @@ package nvidia
 
 import (
 	"fmt"
+	"maps"
+	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -157,4 +159,71 @@ func Slice(name, node string, generation int64, devices ...resourceapi.Device) *
 			Devices:  devices,
 		},
 	}
+}
+
+// Placement is a MIG placement of a partitionable GPU (KEP-4815): a
+// profile at a start memory slice, covering size memory slices.
+type Placement struct {
+	Profile string // "3g.20gb"
+	Start   int
+	Size    int
+	Memory  string
+}
+
+// A100Placements are a few of an A100-40GB's placements, chosen to
+// overlap: 4g.20gb and the first 3g.20gb take memory slices 0-3, the
+// second 3g.20gb slices 4-7, and 1g.5gb slice 6.
+var A100Placements = []Placement{
+	{Profile: "4g.20gb", Start: 0, Size: 4, Memory: "20Gi"},
+	{Profile: "3g.20gb", Start: 0, Size: 4, Memory: "20Gi"},
+	{Profile: "3g.20gb", Start: 4, Size: 4, Memory: "20Gi"},
+	{Profile: "1g.5gb", Start: 6, Size: 1, Memory: "5Gi"},
+}
+
+// memorySlices is how many memory slices an A100 has.
+const memorySlices = 8
+
+// CounterSetName is the counter set of the GPU with this minor number.
+func CounterSetName(minor int) string { return fmt.Sprintf("gpu-%d-counter-set", minor) }
+
+// PlacementName is the driver's name of a placement of a GPU.
+func PlacementName(minor int, p Placement) string {
+	return fmt.Sprintf("gpu-%d-mig-%s-%d-%d", minor, strings.ReplaceAll(p.Profile, ".", ""), p.Size, p.Start)
+}
+
+// PartitionableSlices are the two slices a node of partitionable A100s
+// publishes, as the API requires them (a slice has devices or shared
+// counters, never both): one with a counter set per GPU (memory and its
+// eight memory slices), one with each whole GPU and its placements, which
+// consume the memory slices they cover. The pool is the node, with
+// resourceSliceCount 2. uuids are the GPUs' UUIDs, by minor number.
+func PartitionableSlices(node string, generation int64, uuids ...string) []*resourceapi.ResourceSlice {
+	counters := Slice(node+"-"+Driver+"-counters", node, generation)
+	devices := Slice(node+"-"+Driver+"-devices", node, generation)
+	for minor, uuid := range uuids {
+		set := CounterSetName(minor)
+		all := map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(productOf(A100).memory)}}
+		for i := range memorySlices {
+			all[fmt.Sprintf("memory-slice-%d", i)] = resourceapi.Counter{Value: resource.MustParse("1")}
+		}
+		counters.Spec.SharedCounters = append(counters.Spec.SharedCounters, resourceapi.CounterSet{Name: set, Counters: all})
+		gpu := WithMinor(GPUDevice(DeviceName(minor), uuid, A100), minor)
+		gpu.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: set, Counters: maps.Clone(all)}}
+		devices.Spec.Devices = append(devices.Spec.Devices, gpu)
+		for _, p := range A100Placements {
+			d := device(PlacementName(minor, p), "mig", "", A100, p.Memory)
+			delete(d.Attributes, "uuid") // a placement has no MIG device (and UUID) until it is prepared
+			d.Attributes["parentUUID"] = str(uuid)
+			d.Attributes["profile"] = str(p.Profile)
+			use := map[string]resourceapi.Counter{"memory": {Value: resource.MustParse(p.Memory)}}
+			for i := p.Start; i < p.Start+p.Size; i++ {
+				use[fmt.Sprintf("memory-slice-%d", i)] = resourceapi.Counter{Value: resource.MustParse("1")}
+			}
+			d.ConsumesCounters = []resourceapi.DeviceCounterConsumption{{CounterSet: set, Counters: use}}
+			devices.Spec.Devices = append(devices.Spec.Devices, d)
+		}
+	}
+	counters.Spec.Pool.ResourceSliceCount = 2
+	devices.Spec.Pool.ResourceSliceCount = 2
+	return []*resourceapi.ResourceSlice{counters, devices}
 }

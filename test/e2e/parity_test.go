@@ -120,22 +120,7 @@ func TestLiveMatchesSnapshot(t *testing.T) {
 		return nil
 	})
 
-	dump := filepath.Join(t.TempDir(), "cluster.json")
-	var diff string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		diff, err = compareLiveWithSnapshot(ctx, dump)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff == "" || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Second) // objects changed between dump and scrape, or a grace period ran out
-	}
-	if diff != "" {
-		t.Fatalf("live /metrics and `snapshot` of the same objects differ:\n%s", diff)
-	}
+	dump := liveMatchesSnapshot(t)
 
 	verdict := regexp.MustCompile(`(?m)^Verdict: .*$`)
 	for _, name := range append(slices.Sorted(maps.Keys(want)), "ready") {
@@ -152,6 +137,31 @@ func TestLiveMatchesSnapshot(t *testing.T) {
 			t.Errorf("%s: live explain says %q, offline %q\nlive:\n%s\noffline:\n%s", name, l, o, live, out)
 		}
 	}
+}
+
+// liveMatchesSnapshot fails the test unless live /metrics and `snapshot`
+// of a dump of the same objects agree (retrying while objects move); it
+// returns the dump.
+func liveMatchesSnapshot(t *testing.T) string {
+	t.Helper()
+	dump := filepath.Join(t.TempDir(), "cluster.json")
+	var diff string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var err error
+		diff, err = compareLiveWithSnapshot(context.Background(), dump)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff == "" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Second) // objects changed between dump and scrape, or a grace period ran out
+	}
+	if diff != "" {
+		t.Fatalf("live /metrics and `snapshot` of the same objects differ:\n%s", diff)
+	}
+	return dump
 }
 
 // compareLiveWithSnapshot scrapes the exporter, dumps every object kind it
