@@ -20,6 +20,10 @@ import (
 // are dropped.
 type Trimmer struct {
 	PodLabels []string
+	// EventNamespaces, when set, keeps only the events about pods in the
+	// namespaces it accepts (a shard's); the others keep only their
+	// identity, so that the informer's store stays small.
+	EventNamespaces func(namespace string) bool
 }
 
 // Trim returns a trimmed copy of a supported object, or the object itself
@@ -49,9 +53,12 @@ func (t Trimmer) Trim(obj any) any {
 		r.Annotations = nil
 		return r
 	case *corev1.Event:
+		if t.EventNamespaces != nil && !t.EventNamespaces(o.InvolvedObject.Namespace) {
+			return &corev1.Event{ObjectMeta: meta(o.ObjectMeta)}
+		}
 		return event(o)
 	case *eventsv1.Event:
-		if !vocab.RelevantEvent(o.Reason, o.Note) {
+		if !vocab.RelevantEvent(o.Reason, o.Note) || (t.EventNamespaces != nil && !t.EventNamespaces(o.Regarding.Namespace)) {
 			return &eventsv1.Event{ObjectMeta: meta(o.ObjectMeta)}
 		}
 		e := o.DeepCopy()

@@ -368,3 +368,25 @@ func TestTrimSliceClassNode(t *testing.T) {
 		t.Errorf("an unknown kind was not returned as is")
 	}
 }
+
+// A shard's trimmer cuts the events about other shards' pods to their name,
+// so that the informer's store does not hold them.
+func TestTrimEventOfAnotherShard(t *testing.T) {
+	tr := objects.Trimmer{EventNamespaces: func(ns string) bool { return ns == "mine" }}
+	for _, ns := range []string{"mine", "theirs"} {
+		in := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Namespace: ns, Name: "e", ResourceVersion: "7"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "p"},
+			Type:           corev1.EventTypeWarning,
+			Reason:         "FailedPrepareDynamicResources",
+			Message:        "Failed to prepare dynamic resources",
+		}
+		out := tr.Trim(in).(*corev1.Event)
+		if out.Name != "e" || out.Namespace != ns || out.ResourceVersion != "7" {
+			t.Errorf("%s: identity lost: %+v", ns, out.ObjectMeta)
+		}
+		if kept := out.Reason != ""; kept != (ns == "mine") {
+			t.Errorf("%s: reason kept = %v", ns, kept)
+		}
+	}
+}
