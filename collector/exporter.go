@@ -107,6 +107,9 @@ func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
 	s := x.src.Snapshot()
 	now := x.now()
 	for _, c := range x.collectors {
+		if !x.shardRuns(c) {
+			continue
+		}
 		start := time.Now()
 		metrics, err := x.run(c, s, now)
 		if err != nil {
@@ -126,6 +129,21 @@ func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(scrapeSuccess.desc, prometheus.GaugeValue, boolFloat(err == nil), c.Name())
 		}
 	}
+}
+
+// shardRuns reports whether the collector has anything to emit on this
+// shard: one whose families are all cluster-scoped runs on shard 0 only
+// (its series would all be dropped elsewhere, and capacity is costly).
+func (x *Exporter) shardRuns(c Collector) bool {
+	if x.shard.OwnsCluster() {
+		return true
+	}
+	for _, d := range c.Defs() {
+		if d.Namespaced() {
+			return true
+		}
+	}
+	return false
 }
 
 func (x *Exporter) run(c Collector, s *index.Snapshot, now time.Time) (metrics []prometheus.Metric, err error) {

@@ -81,3 +81,33 @@ func seriesLines(text string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// clusterOnly counts its runs.
+type clusterOnly struct{ runs *int }
+
+func (clusterOnly) Name() string { return "clusteronly" }
+func (clusterOnly) Defs() []*Def { return []*Def{testCluster} }
+func (c clusterOnly) Update(_ *index.Snapshot, _ time.Time, e *emitter) error {
+	*c.runs++
+	e.gauge(testCluster, 1, "node-1")
+	return nil
+}
+
+// A collector of cluster-scoped families only runs on shard 0: elsewhere
+// all its series would be dropped.
+func TestClusterOnlyCollectorRunsOnShardZero(t *testing.T) {
+	for i, want := range []int{1, 0, 0} {
+		runs := 0
+		sh, err := shard.New(i, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := Render(NewExporter(staticSource{}, nil, true, nil, clusterOnly{&runs}).Shard(sh))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if runs != want || strings.Contains(string(out), `collector="clusteronly"`) != (want == 1) {
+			t.Errorf("shard %d: ran %d times, want %d:\n%s", i, runs, want, out)
+		}
+	}
+}
