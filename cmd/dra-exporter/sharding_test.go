@@ -23,16 +23,30 @@ import (
 
 const testShards = 3
 
-// TestShardsUnionIsUnsharded renders every golden scenario as 3 shards, for
-// every way of spreading the scenario's namespaces over them (and for the
-// real hash), and checks that no series comes from two shards and that the
-// union of the shards' series is the golden exposition, value for value.
+// TestShardsUnionIsUnsharded renders every golden scenario, and the
+// fixtures of testdata/sharding (joins across namespaces that the goldens
+// keep in one), as 3 shards, for every way of spreading the objects'
+// namespaces over them (and for the real hash), and checks that no series
+// comes from two shards and that the union of the shards' series is the
+// unsharded exposition, value for value.
 func TestShardsUnionIsUnsharded(t *testing.T) {
-	renders := 0
+	var paths []string
 	for _, dir := range scenarios(t) {
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			path := filepath.Join(dir, "objects.yaml")
-			want := parseSeries(t, snapshotOf(t, dir))
+		paths = append(paths, filepath.Join(dir, "objects.yaml"))
+	}
+	fixtures, _ := filepath.Glob("testdata/sharding/*.yaml")
+	if len(fixtures) == 0 {
+		t.Fatal("no fixtures in testdata/sharding")
+	}
+	paths = append(paths, fixtures...)
+	renders := 0
+	for _, path := range paths {
+		name := filepath.Base(filepath.Dir(path))
+		if name == "sharding" {
+			name = strings.TrimSuffix(filepath.Base(path), ".yaml")
+		}
+		t.Run(name, func(t *testing.T) {
+			want := parseSeries(t, renderShard(t, path, shard.Shard{}))
 			namespaces := scenarioNamespaces(t, path)
 			assignments := [][]int{nil} // nil: the FNV-1a hash
 			for a := range allAssignments(len(namespaces), testShards) {
