@@ -39,6 +39,9 @@ func BenchmarkShardScrape(b *testing.B) {
 					trimmer := objects.Trimmer{}
 					if v.shard.Sharded() {
 						trimmer.EventNamespaces = v.shard.Owns
+						if !v.shard.OwnsCluster() {
+							trimmer.ContextPods = func(ns string) bool { return !v.shard.Owns(ns) }
+						}
 					}
 					store := make([]any, len(f.objs))
 					for i, o := range f.objs {

@@ -49,6 +49,11 @@ func (c *config) trimmer() objects.Trimmer {
 	t := objects.Trimmer{PodLabels: splitList(c.podLabels)}
 	if c.shard.Sharded() {
 		t.EventNamespaces = c.shard.Owns
+		if !c.shard.OwnsCluster() {
+			// Shard 0 keeps every pod whole: its lane capacity and
+			// latency histograms read every namespace's pods.
+			t.ContextPods = func(ns string) bool { return !c.shard.Owns(ns) }
+		}
 	}
 	return t
 }

@@ -390,3 +390,36 @@ func TestTrimEventOfAnotherShard(t *testing.T) {
 		}
 	}
 }
+
+// A pod of another shard's namespace, on a shard that serves no
+// cluster-wide series, keeps only what other pods' verdicts read.
+func TestTrimContextPod(t *testing.T) {
+	prio := int32(7)
+	in := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "theirs", Name: "p", UID: "u", Labels: map[string]string{"app": "x"},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "rs"}}},
+		Spec: corev1.PodSpec{
+			NodeName: "dp-node-1", Priority: &prio,
+			Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}}}},
+		},
+		Status: corev1.PodStatus{
+			Phase:             corev1.PodRunning,
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "main", Ready: true}},
+		},
+	}
+	tr := objects.Trimmer{PodLabels: []string{"app"}, ContextPods: func(ns string) bool { return ns == "theirs" }}
+	out := tr.Trim(in).(*corev1.Pod)
+	if out.Spec.NodeName != "dp-node-1" || out.Spec.Priority == nil || *out.Spec.Priority != 7 || out.Status.Phase != corev1.PodRunning ||
+		out.Spec.Containers[0].Resources.Requests.Name("nvidia.com/gpu", resource.DecimalSI).Value() != 2 {
+		t.Errorf("context pod lost what verdicts read: %+v", out)
+	}
+	if out.Labels != nil || out.OwnerReferences != nil || out.Status.Conditions != nil || out.Status.ContainerStatuses != nil {
+		t.Errorf("context pod kept its labels, owners or statuses: %+v", out)
+	}
+	in.Namespace = "mine"
+	if own := tr.Trim(in).(*corev1.Pod); own.Status.Conditions == nil || own.Labels["app"] != "x" {
+		t.Errorf("an own pod was cut down: %+v", own)
+	}
+}
