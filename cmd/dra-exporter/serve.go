@@ -38,7 +38,8 @@ func serve(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "Usage: dra-exporter [serve] [FLAGS]")
 		fmt.Fprintln(stderr, "\nWatches DeviceClasses, ResourceSlices, ResourceClaims, DeviceTaintRules (where served), Pods, Nodes")
 		fmt.Fprintln(stderr, "and Warning pod events (list and watch only) and serves the joined DRA metrics.")
-		fmt.Fprintln(stderr, "Sharded (--total-shards > 1), every shard still watches all of them but keeps only its namespaces' events.")
+		fmt.Fprintln(stderr, "Sharded (--total-shards > 1), every shard still watches all of them (verdicts need the whole cluster) but keeps")
+		fmt.Fprintln(stderr, "only its namespaces' events and, except shard 0, other namespaces' pods without their statuses.")
 		fs.PrintDefaults()
 	}
 	if !parseFlags(fs, args, stderr) {
