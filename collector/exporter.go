@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/shard"
 )
 
 // Source hands out index snapshots.
@@ -47,6 +48,16 @@ type Exporter struct {
 	// complete reports whether the index holds the whole cluster (every
 	// informer listed); until then nothing is rendered.
 	complete func() bool
+	// shard limits the series to this exporter's part of the cluster.
+	shard shard.Shard
+}
+
+// Shard makes the exporter emit only its shard's series: those whose
+// namespace label the shard owns and, on shard 0, the cluster-scoped ones.
+// The snapshot must still hold every claim and pod (see internal/shard).
+func (x *Exporter) Shard(s shard.Shard) *Exporter {
+	x.shard = s
+	return x
 }
 
 // RenderOnlyWhen makes the exporter render the cluster families only while
@@ -96,6 +107,9 @@ func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
 	s := x.src.Snapshot()
 	now := x.now()
 	for _, c := range x.collectors {
+		if !x.shardRuns(c) {
+			continue
+		}
 		start := time.Now()
 		metrics, err := x.run(c, s, now)
 		if err != nil {
@@ -117,13 +131,28 @@ func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// shardRuns reports whether the collector has anything to emit on this
+// shard: one whose families are all cluster-scoped runs on shard 0 only
+// (its series would all be dropped elsewhere, and capacity is costly).
+func (x *Exporter) shardRuns(c Collector) bool {
+	if x.shard.OwnsCluster() {
+		return true
+	}
+	for _, d := range c.Defs() {
+		if d.Namespaced() {
+			return true
+		}
+	}
+	return false
+}
+
 func (x *Exporter) run(c Collector, s *index.Snapshot, now time.Time) (metrics []prometheus.Metric, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			metrics, err = nil, panicError{value: r, stack: debug.Stack()}
 		}
 	}()
-	e := &emitter{}
+	e := &emitter{shard: x.shard}
 	if err := c.Update(s, now, e); err != nil {
 		return nil, err
 	}

@@ -4,9 +4,12 @@
 package collector
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dra-exporter/dra-exporter/internal/shard"
 )
 
 // Metric types, as written in the metrics reference.
@@ -31,10 +34,14 @@ type Def struct {
 	Live bool
 
 	desc *prometheus.Desc
+	// namespaceLabel is the position of the namespace label, -1 for a
+	// cluster-scoped family: it decides which shard emits a series.
+	namespaceLabel int
 }
 
 func newDef(name, typ, help string, labels ...string) *Def {
-	return &Def{Name: name, Type: typ, Help: help, Labels: labels, desc: prometheus.NewDesc(name, help, labels, nil)}
+	return &Def{Name: name, Type: typ, Help: help, Labels: labels, desc: prometheus.NewDesc(name, help, labels, nil),
+		namespaceLabel: slices.Index(labels, "namespace")}
 }
 
 // newDefSplit is newDef for a text whose first sentence is the HELP line
@@ -64,15 +71,23 @@ func (d *Def) live() *Def {
 // Desc returns the family's descriptor.
 func (d *Def) Desc() *prometheus.Desc { return d.desc }
 
+// Namespaced reports whether the family's series carry a namespace: such a
+// series comes from the shard that owns the namespace, any other from shard 0.
+func (d *Def) Namespaced() bool { return d.namespaceLabel >= 0 }
+
 // emitter collects the const metrics of one collector's run, dropping a
 // repeated label set of a family (which would make the whole scrape fail)
 // when asked to check. The exporter sends them only when the run succeeds.
 type emitter struct {
 	metrics []prometheus.Metric
 	seen    map[string]struct{}
+	shard   shard.Shard
 }
 
 func (e *emitter) gauge(d *Def, v float64, lvs ...string) {
+	if !e.owns(d, lvs) {
+		return
+	}
 	e.metrics = append(e.metrics, prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, v, lvs...))
 }
 
@@ -81,12 +96,27 @@ func (e *emitter) uniqueGauge(d *Def, v float64, lvs ...string) {
 	if e.seen == nil {
 		e.seen = map[string]struct{}{}
 	}
+	if !e.owns(d, lvs) {
+		return
+	}
 	key := d.Name + "\xff" + strings.Join(lvs, "\xff")
 	if _, dup := e.seen[key]; dup {
 		return
 	}
 	e.seen[key] = struct{}{}
 	e.gauge(d, v, lvs...)
+}
+
+// owns reports whether this shard emits the series: the one sharding rule,
+// applied to every family alike so that each series has exactly one shard.
+func (e *emitter) owns(d *Def, lvs []string) bool {
+	if !e.shard.Sharded() {
+		return true
+	}
+	if d.namespaceLabel < 0 {
+		return e.shard.OwnsCluster()
+	}
+	return e.shard.Owns(lvs[d.namespaceLabel])
 }
 
 func boolFloat(b bool) float64 {

@@ -1,9 +1,12 @@
 package collector
 
 import (
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dra-exporter/dra-exporter/internal/shard"
 )
 
 var (
@@ -21,6 +24,10 @@ var (
 	apiServerUp = newDef("dra_exporter_apiserver_up", typeGauge,
 		"Whether the API server answered the exporter's last /readyz probe (1) or not (0).").live().
 		doc("While it is 0 the exporter serves its last known state.")
+	shardInfo = newDef("dra_exporter_shard_info", typeGauge,
+		"The shard of the cluster this exporter serves, when the exporter is sharded.",
+		"shard", "total_shards").live().
+		doc("Only with --total-shards above 1. Shard N serves the namespaces whose FNV-1a 32 hash mod total_shards is N; shard 0 also serves the cluster-scoped families and the latency histograms. count(dra_exporter_shard_info) below total_shards means a shard is missing. Always 1.")
 	objectsRejected = newDef("dra_exporter_objects_rejected_total", typeCounter,
 		"Objects the index could not use, per resource.",
 		"resource").live()
@@ -36,6 +43,7 @@ type Self struct {
 
 	mu     sync.Mutex
 	synced map[string]func() bool
+	shard  shard.Shard
 }
 
 // NewSelf returns the self-metrics.
@@ -51,7 +59,14 @@ func NewSelf() *Self {
 
 // Defs lists the self families.
 func (s *Self) Defs() []*Def {
-	return []*Def{informerSynced, eventsTotal, watchErrors, objectsRejected, apiServerUp}
+	return []*Def{informerSynced, eventsTotal, watchErrors, objectsRejected, apiServerUp, shardInfo}
+}
+
+// SetShard records the exporter's shard; unsharded, no series is emitted.
+func (s *Self) SetShard(sh shard.Shard) {
+	s.mu.Lock()
+	s.shard = sh
+	s.mu.Unlock()
 }
 
 // Event counts one processed watch event.
@@ -85,6 +100,7 @@ func (s *Self) Describe(ch chan<- *prometheus.Desc) {
 	s.errors.Describe(ch)
 	s.rejected.Describe(ch)
 	s.up.Describe(ch)
+	ch <- shardInfo.desc
 }
 
 // Collect implements prometheus.Collector.
@@ -93,7 +109,11 @@ func (s *Self) Collect(ch chan<- prometheus.Metric) {
 	for resource, synced := range s.synced {
 		ch <- prometheus.MustNewConstMetric(informerSynced.desc, prometheus.GaugeValue, boolFloat(synced()), resource)
 	}
+	sh := s.shard
 	s.mu.Unlock()
+	if sh.Sharded() {
+		ch <- prometheus.MustNewConstMetric(shardInfo.desc, prometheus.GaugeValue, 1, strconv.Itoa(sh.Index), strconv.Itoa(sh.Total))
+	}
 	s.events.Collect(ch)
 	s.errors.Collect(ch)
 	s.rejected.Collect(ch)

@@ -9,6 +9,7 @@ import (
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
+	"github.com/dra-exporter/dra-exporter/internal/shard"
 )
 
 // config holds the flags that shape the metrics; serve, snapshot and
@@ -18,6 +19,9 @@ type config struct {
 	podLabels             string
 	unreservedGrace       time.Duration
 	devicePluginResources string
+	// shard is set by serve's sharding flags; the other commands are
+	// unsharded.
+	shard shard.Shard
 }
 
 func (c *config) register(fs *flag.FlagSet) {
@@ -42,11 +46,20 @@ func splitList(s string) []string {
 }
 
 func (c *config) trimmer() objects.Trimmer {
-	return objects.Trimmer{PodLabels: splitList(c.podLabels)}
+	t := objects.Trimmer{PodLabels: splitList(c.podLabels)}
+	if c.shard.Sharded() {
+		t.EventNamespaces = c.shard.Owns
+		if !c.shard.OwnsCluster() {
+			// Shard 0 keeps every pod whole: its lane capacity and
+			// latency histograms read every namespace's pods.
+			t.ContextPods = func(ns string) bool { return !c.shard.Owns(ns) }
+		}
+	}
+	return t
 }
 
 func (c *config) indexConfig(now func() time.Time, obs index.Observer) index.Config {
-	return index.Config{Now: now, Observer: obs, DevicePluginResources: splitList(c.devicePluginResources)}
+	return index.Config{Now: now, Observer: obs, DevicePluginResources: splitList(c.devicePluginResources), Shard: c.shard}
 }
 
 // collectors builds the cluster collectors from the flags.

@@ -30,12 +30,16 @@ func serve(args []string, stderr io.Writer) int {
 	cfg.register(fs)
 	var w webFlags
 	w.register(fs, ":9877")
+	var sf shardFlags
+	sf.register(fs)
 	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config).")
 	probeInterval := fs.Duration("kube.probe-interval", 15*time.Second, "How often to probe the API server's /readyz (dra_exporter_apiserver_up).")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: dra-exporter [serve] [FLAGS]")
 		fmt.Fprintln(stderr, "\nWatches DeviceClasses, ResourceSlices, ResourceClaims, DeviceTaintRules (where served), Pods, Nodes")
 		fmt.Fprintln(stderr, "and Warning pod events (list and watch only) and serves the joined DRA metrics.")
+		fmt.Fprintln(stderr, "Sharded (--total-shards > 1), every shard still watches all of them (verdicts need the whole cluster) but keeps")
+		fmt.Fprintln(stderr, "only its namespaces' events and, except shard 0, other namespaces' pods without their statuses.")
 		fs.PrintDefaults()
 	}
 	if !parseFlags(fs, args, stderr) {
@@ -47,13 +51,28 @@ func serve(args []string, stderr io.Writer) int {
 		logger.Error("invalid flags", "err", err)
 		return 2
 	}
+	if cfg.shard, err = sf.resolve(fs, os.Getenv); err != nil {
+		logger.Error("invalid flags", "err", err)
+		return 2
+	}
+	if cfg.shard.Sharded() {
+		logger.Info("sharded by namespace", "shard", cfg.shard.Index, "total_shards", cfg.shard.Total, "cluster_scoped", cfg.shard.OwnsCluster())
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	latency := collector.NewLatency()
 	self := collector.NewSelf()
-	ix := index.New(cfg.indexConfig(nil, latency))
+	self.SetShard(cfg.shard)
+	// The latency histograms carry no namespace: shard 0, which sees every
+	// claim and pod anyway, observes them for the whole cluster.
+	var latency *collector.Latency
+	var observer index.Observer
+	if cfg.shard.OwnsCluster() {
+		latency = collector.NewLatency()
+		observer = latency
+	}
+	ix := index.New(cfg.indexConfig(nil, observer))
 
 	restConfig, err := kube.RESTConfig(*kubeconfig)
 	if err != nil {
@@ -75,13 +94,15 @@ func serve(args []string, stderr io.Writer) int {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		collector.NewExporter(ix, nil, true, logger, collectorList...).RenderOnlyWhen(func() bool { return len(informers.Unsynced()) == 0 }),
-		latency,
+		collector.NewExporter(ix, nil, true, logger, collectorList...).Shard(cfg.shard).RenderOnlyWhen(func() bool { return len(informers.Unsynced()) == 0 }),
 		self,
 		versioncollector.NewCollector("dra_exporter"),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
+	if latency != nil {
+		reg.MustRegister(latency)
+	}
 
 	go func() {
 		if informers.WaitForSync(ctx, 10*time.Minute) {

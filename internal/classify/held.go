@@ -28,7 +28,7 @@ type Held struct {
 func HeldDevices(s *index.Snapshot) []Held {
 	var out []Held
 	for _, p := range s.Pods {
-		if p.Terminal() || p.Obj.Spec.NodeName == "" {
+		if p.Terminal() || p.Obj.Spec.NodeName == "" || !s.Owns(p.Key.Namespace) {
 			continue
 		}
 		health := deviceHealth(p.Obj)

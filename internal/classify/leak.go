@@ -49,6 +49,9 @@ type Leak struct {
 func Leaks(s *index.Snapshot, now time.Time, grace time.Duration) []Leak {
 	var out []Leak
 	for _, c := range s.Claims {
+		if !s.Owns(c.Key.Namespace) {
+			continue
+		}
 		reported := map[types.UID]bool{}
 		for _, r := range c.Obj.Status.ReservedFor {
 			if r.Resource != "pods" || r.APIGroup != "" {

@@ -105,7 +105,7 @@ func classifyPod(s *index.Snapshot, p *index.Pod, explain bool) Verdict {
 func Blocked(s *index.Snapshot) []Verdict {
 	var out []Verdict
 	for _, p := range s.Pods {
-		if p.Ready() || p.Terminal() || p.Obj.DeletionTimestamp != nil {
+		if p.Ready() || p.Terminal() || p.Obj.DeletionTimestamp != nil || !s.Owns(p.Key.Namespace) {
 			continue
 		}
 		if v := classifyPod(s, p, false); v.Blocked {

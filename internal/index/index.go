@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/dra-exporter/dra-exporter/internal/celmatch"
+	"github.com/dra-exporter/dra-exporter/internal/shard"
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
@@ -27,6 +28,11 @@ type Config struct {
 	// DevicePluginResources are the extended resources that device plugins
 	// advertise for GPUs (the legacy lane), such as nvidia.com/gpu.
 	DevicePluginResources []string
+	// Shard is the exporter's part of the cluster. The index still holds
+	// every claim and pod (free devices, conflicts and lower-priority
+	// holders are verdicts over all namespaces) but only the shard's
+	// events, which are evidence about its own pods only.
+	Shard shard.Shard
 }
 
 // Index holds the joined DRA state. Writers are informer handlers (or the
@@ -36,6 +42,7 @@ type Index struct {
 	now          func() time.Time
 	matcher      *celmatch.Matcher
 	devicePlugin []string
+	shard        shard.Shard
 
 	classes     map[string]*Class
 	sliceToPool map[string]PoolKey
@@ -67,6 +74,7 @@ func New(cfg Config) *Index {
 	return &Index{
 		now:                 now,
 		devicePlugin:        slices.Clone(cfg.DevicePluginResources),
+		shard:               cfg.Shard,
 		claimsByOwner:       map[types.UID]map[Key]struct{}{},
 		matcher:             celmatch.New(),
 		classes:             map[string]*Class{},
@@ -269,7 +277,7 @@ func (ix *Index) deletePod(k Key, now time.Time) {
 }
 
 func (ix *Index) upsertEvent(e *Event) {
-	if !e.AboutPodWarning || !vocab.RelevantEvent(e.Reason, e.Message) {
+	if !e.AboutPodWarning || !vocab.RelevantEvent(e.Reason, e.Message) || !ix.shard.Owns(e.Pod.Namespace) {
 		delete(ix.events, e.Key)
 		return
 	}

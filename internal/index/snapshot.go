@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dra-exporter/dra-exporter/internal/celmatch"
+	"github.com/dra-exporter/dra-exporter/internal/shard"
 )
 
 // Snapshot is a consistent, immutable view of the index at one moment. The
@@ -30,6 +31,7 @@ type Snapshot struct {
 	poolProblems    map[PoolKey]string
 	unreservedSince map[types.UID]time.Time
 	devicePlugin    []string
+	shard           shard.Shard
 	matcher         *celmatch.Matcher
 
 	classByName   map[string]*Class
@@ -99,6 +101,7 @@ func (ix *Index) Snapshot() *Snapshot {
 		poolCounters:    make(map[PoolKey]map[string]map[string]resource.Quantity),
 		unreservedSince: maps.Clone(ix.unreservedSince),
 		devicePlugin:    ix.devicePlugin,
+		shard:           ix.shard,
 		matcher:         ix.matcher,
 	}
 	for pk, p := range ix.pools {
@@ -179,6 +182,11 @@ func (s *Snapshot) build() {
 	s.computeRemainingCounters()
 	s.selectorMemo = map[string]*Selection{}
 }
+
+// Owns reports whether the namespace belongs to the exporter's shard (always,
+// unsharded): the classifier skips other shards' pods and claims, whose
+// series another shard emits.
+func (s *Snapshot) Owns(namespace string) bool { return s.shard.Owns(namespace) }
 
 // Class returns a class by name.
 func (s *Snapshot) Class(name string) *Class { return s.classByName[name] }

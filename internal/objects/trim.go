@@ -20,6 +20,16 @@ import (
 // are dropped.
 type Trimmer struct {
 	PodLabels []string
+	// EventNamespaces, when set, keeps only the events about pods in the
+	// namespaces it accepts (a shard's); the others keep only their
+	// identity, so that the informer's store stays small.
+	EventNamespaces func(namespace string) bool
+	// ContextPods, when set, names the namespaces whose pods are read only
+	// as context for other pods' verdicts (another shard's, on a shard
+	// that serves no cluster-wide series): such a pod keeps what those
+	// verdicts read (node, priority, phase, GPU requests, claim names) and
+	// loses its conditions, container statuses, labels and owners.
+	ContextPods func(namespace string) bool
 }
 
 // Trim returns a trimmed copy of a supported object, or the object itself
@@ -27,6 +37,9 @@ type Trimmer struct {
 func (t Trimmer) Trim(obj any) any {
 	switch o := obj.(type) {
 	case *corev1.Pod:
+		if t.ContextPods != nil && t.ContextPods(o.Namespace) {
+			return contextPod(t.pod(o))
+		}
 		return t.pod(o)
 	case *corev1.Node:
 		return node(o)
@@ -49,9 +62,12 @@ func (t Trimmer) Trim(obj any) any {
 		r.Annotations = nil
 		return r
 	case *corev1.Event:
+		if t.EventNamespaces != nil && !t.EventNamespaces(o.InvolvedObject.Namespace) {
+			return &corev1.Event{ObjectMeta: meta(o.ObjectMeta)}
+		}
 		return event(o)
 	case *eventsv1.Event:
-		if !vocab.RelevantEvent(o.Reason, o.Note) {
+		if !vocab.RelevantEvent(o.Reason, o.Note) || (t.EventNamespaces != nil && !t.EventNamespaces(o.Regarding.Namespace)) {
 			return &eventsv1.Event{ObjectMeta: meta(o.ObjectMeta)}
 		}
 		e := o.DeepCopy()
@@ -113,6 +129,19 @@ func (t Trimmer) pod(in *corev1.Pod) *corev1.Pod {
 	out.Status.ContainerStatuses = trimStatuses(st.ContainerStatuses)
 	out.Status.InitContainerStatuses = trimStatuses(st.InitContainerStatuses)
 	return out
+}
+
+// contextPod cuts a trimmed pod down to what the verdicts about other pods
+// read: who holds a device and at which priority (lower-priority holders),
+// what device-plugin GPUs it takes on its node, whether it still runs.
+func contextPod(p *corev1.Pod) *corev1.Pod {
+	p.Labels = nil
+	p.OwnerReferences = nil
+	p.Spec.SchedulingGates = nil
+	p.Spec.SchedulingGroup = nil
+	p.Spec.PriorityClassName = ""
+	p.Status = corev1.PodStatus{Phase: p.Status.Phase, ExtendedResourceClaimStatus: p.Status.ExtendedResourceClaimStatus}
+	return p
 }
 
 func relevantPod(p *corev1.Pod) bool {

@@ -368,3 +368,58 @@ func TestTrimSliceClassNode(t *testing.T) {
 		t.Errorf("an unknown kind was not returned as is")
 	}
 }
+
+// A shard's trimmer cuts the events about other shards' pods to their name,
+// so that the informer's store does not hold them.
+func TestTrimEventOfAnotherShard(t *testing.T) {
+	tr := objects.Trimmer{EventNamespaces: func(ns string) bool { return ns == "mine" }}
+	for _, ns := range []string{"mine", "theirs"} {
+		in := &corev1.Event{
+			ObjectMeta:     metav1.ObjectMeta{Namespace: ns, Name: "e", ResourceVersion: "7"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: "p"},
+			Type:           corev1.EventTypeWarning,
+			Reason:         "FailedPrepareDynamicResources",
+			Message:        "Failed to prepare dynamic resources",
+		}
+		out := tr.Trim(in).(*corev1.Event)
+		if out.Name != "e" || out.Namespace != ns || out.ResourceVersion != "7" {
+			t.Errorf("%s: identity lost: %+v", ns, out.ObjectMeta)
+		}
+		if kept := out.Reason != ""; kept != (ns == "mine") {
+			t.Errorf("%s: reason kept = %v", ns, kept)
+		}
+	}
+}
+
+// A pod of another shard's namespace, on a shard that serves no
+// cluster-wide series, keeps only what other pods' verdicts read.
+func TestTrimContextPod(t *testing.T) {
+	prio := int32(7)
+	in := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "theirs", Name: "p", UID: "u", Labels: map[string]string{"app": "x"},
+			OwnerReferences: []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "rs"}}},
+		Spec: corev1.PodSpec{
+			NodeName: "dp-node-1", Priority: &prio,
+			Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}}}},
+		},
+		Status: corev1.PodStatus{
+			Phase:             corev1.PodRunning,
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "main", Ready: true}},
+		},
+	}
+	tr := objects.Trimmer{PodLabels: []string{"app"}, ContextPods: func(ns string) bool { return ns == "theirs" }}
+	out := tr.Trim(in).(*corev1.Pod)
+	if out.Spec.NodeName != "dp-node-1" || out.Spec.Priority == nil || *out.Spec.Priority != 7 || out.Status.Phase != corev1.PodRunning ||
+		out.Spec.Containers[0].Resources.Requests.Name("nvidia.com/gpu", resource.DecimalSI).Value() != 2 {
+		t.Errorf("context pod lost what verdicts read: %+v", out)
+	}
+	if out.Labels != nil || out.OwnerReferences != nil || out.Status.Conditions != nil || out.Status.ContainerStatuses != nil {
+		t.Errorf("context pod kept its labels, owners or statuses: %+v", out)
+	}
+	in.Namespace = "mine"
+	if own := tr.Trim(in).(*corev1.Pod); own.Status.Conditions == nil || own.Labels["app"] != "x" {
+		t.Errorf("an own pod was cut down: %+v", own)
+	}
+}
