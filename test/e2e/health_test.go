@@ -59,6 +59,9 @@ func TestDeviceHealthAndTaintRules(t *testing.T) {
 		return one(m, "dra_allocated_device_health", with(held, "health", "unhealthy"), 1)
 	})
 	explain(t, ns+"/llm-0", "(DeviceTaintRule "+rule.Name+")")
+	// The rule, the slice taint fields and allocatedResourcesStatus read
+	// the same live and from a dump.
+	liveMatchesSnapshot(t)
 
 	if err := env.cp.Client.ResourceV1().DeviceTaintRules().Delete(ctx, rule.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
