@@ -65,6 +65,13 @@ func loadStore(t *testing.T, path string) *staticStore {
 // when there is no gpu.json) and the scenario's /proc tree.
 func scenarioAgent(t *testing.T, dir string) *nodeagent.Agent {
 	t.Helper()
+	return agentWith(t, dir, loadStore(t, filepath.Join(dir, "objects.yaml")))
+}
+
+// agentWith wires the agent of the node whose kubelet, GPU and /proc files
+// are in dir and whose API objects are store.
+func agentWith(t testing.TB, dir string, store *staticStore) *nodeagent.Agent {
+	t.Helper()
 	socket := filepath.Join(t.TempDir(), "kubelet.sock")
 	if raw, err := os.ReadFile(filepath.Join(dir, "podresources.json")); err == nil {
 		var resp podresourcesv1.ListPodResourcesResponse
@@ -90,7 +97,7 @@ func scenarioAgent(t *testing.T, dir string) *nodeagent.Agent {
 		}
 	}
 	return nodeagent.New(nodeagent.Config{
-		Node: "gpu-node-1", Store: loadStore(t, filepath.Join(dir, "objects.yaml")),
+		Node: "gpu-node-1", Store: store,
 		Kubelet: client, GPU: src, Proc: &procmap.Mapper{Root: filepath.Join(dir, "proc")},
 	})
 }
