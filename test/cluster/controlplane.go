@@ -136,12 +136,20 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	return cp.StartControllerManager(ctx)
 }
 
+// FeatureGates are the gates the harness turns on in kube-apiserver,
+// kube-scheduler and kube-controller-manager, beyond v1.37's defaults.
+// Partitionable devices, consumable capacity, device taints and binding
+// conditions are on by default in 1.37; gang scheduling (PodGroup,
+// scheduling.k8s.io/v1beta1, served with --runtime-config) is beta and off.
+const FeatureGates = "GenericWorkload=true"
+
 func (cp *ControlPlane) startScheduler(ctx context.Context) error {
 	port := strconv.Itoa(cp.ports["scheduler"])
 	if err := cp.spawn("kube-scheduler",
 		"--kubeconfig="+cp.Kubeconfig,
 		"--authentication-kubeconfig="+cp.Kubeconfig, "--authorization-kubeconfig="+cp.Kubeconfig,
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+port, "--v=1",
+		"--feature-gates="+FeatureGates,
 	); err != nil {
 		return err
 	}
@@ -162,6 +170,7 @@ func (cp *ControlPlane) StartControllerManager(ctx context.Context) error {
 		// Without a kubelet the node-lifecycle controller would taint the
 		// simulated nodes and evict their pods.
 		"--controllers=*,-node-lifecycle-controller",
+		"--feature-gates="+FeatureGates,
 		"--v=1",
 	); err != nil {
 		return err
@@ -187,6 +196,8 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		"--endpoint-reconciler-type=none",
 		// Without a kubelet every new Node would stay tainted not-ready.
 		"--disable-admission-plugins=TaintNodesByCondition",
+		"--feature-gates="+FeatureGates,
+		"--runtime-config=scheduling.k8s.io/v1beta1=true",
 		"--v=1",
 	); err != nil {
 		return err
