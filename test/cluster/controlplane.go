@@ -140,8 +140,9 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 // kube-scheduler and kube-controller-manager, beyond v1.37's defaults.
 // Partitionable devices, consumable capacity, device taints and binding
 // conditions are on by default in 1.37; gang scheduling (PodGroup,
-// scheduling.k8s.io/v1beta1, served with --runtime-config) is beta and off.
-const FeatureGates = "GenericWorkload=true"
+// scheduling.k8s.io/v1beta1, served with --runtime-config) and PodGroup
+// claims (DRAWorkloadResourceClaims) are beta and off.
+const FeatureGates = "GenericWorkload=true,DRAWorkloadResourceClaims=true"
 
 func (cp *ControlPlane) startScheduler(ctx context.Context) error {
 	port := strconv.Itoa(cp.ports["scheduler"])

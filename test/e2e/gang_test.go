@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -76,4 +77,56 @@ func TestGangWaitsForQuorum(t *testing.T) {
 	for _, name := range []string{"trainer-0", "trainer-1"} {
 		scheduled(t, ns, name)
 	}
+}
+
+// TestPodGroupClaim runs a PodGroup's shared claim on the real scheduler
+// (DRAWorkloadResourceClaims, beta and off by default in 1.37, on in the
+// harness): the claim is reserved for the PodGroup rather than for its
+// pods, and once the members run it is held by both, blocked for none and
+// leaked by nobody, live as from a dump.
+func TestPodGroupClaim(t *testing.T) {
+	requireCluster(t)
+	ctx := context.Background()
+	ns := namespace(t, "e2e-podgroup-claim")
+	c := env.cp.Client
+	shared := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ring-gpu"}, Spec: cluster.ClaimSpec(cluster.GPUClass)}
+	if _, err := c.ResourceV1().ResourceClaims(ns).Create(ctx, shared, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	group := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ring"},
+		Spec: schedulingv1beta1.PodGroupSpec{
+			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}},
+			ResourceClaims:   []schedulingv1beta1.PodGroupResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(shared.Name)}}}}
+	if _, err := c.SchedulingV1beta1().PodGroups(ns).Create(ctx, group, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create a PodGroup with a claim (DRAWorkloadResourceClaims): %v", err)
+	}
+	members := []string{"ring-0", "ring-1"}
+	for _, name := range members {
+		p := cluster.PodWithClaim(ns, name, shared.Name)
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(group.Name)}
+		createPod(t, p)
+	}
+	for _, name := range members {
+		scheduled(t, ns, name)
+		if err := env.kubelet.SetRunning(ctx, ns, name, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rc, err := c.ResourceV1().ResourceClaims(ns).Get(ctx, shared.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.Status.Allocation == nil || len(rc.Status.ReservedFor) != 1 || rc.Status.ReservedFor[0].Resource != "podgroups" {
+		t.Fatalf("the scheduler did not reserve the claim for the PodGroup: %+v", rc.Status.ReservedFor)
+	}
+	eventually(t, waitMetric, "the group's claim held by both members, no leak, none blocked", func(m cluster.Metrics) error {
+		if len(m.Find("dra_claim_allocation_info", map[string]string{"namespace": ns, "claim": shared.Name})) == 0 {
+			return fmt.Errorf("no dra_claim_allocation_info for %s", shared.Name)
+		}
+		if err := none(m, "dra_claim_reservation_leak", map[string]string{"namespace": ns}); err != nil {
+			return err
+		}
+		return none(m, "dra_pod_blocked", map[string]string{"namespace": ns})
+	})
+	liveMatchesSnapshot(t)
 }
