@@ -42,6 +42,19 @@ help: ## List the targets.
 build: ## Build bin/dra-exporter.
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/dra-exporter
 
+IMAGE_DIR := $(CURDIR)/bin/image
+IMAGE_REF ?= ghcr.io/dra-exporter/dra-exporter:$(VERSION)
+
+.PHONY: image
+image: ## Build the cluster exporter's OCI image without Docker (go-containerregistry): bin/image/oci and bin/image/dra-exporter.tar.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/dra-exporter ./cmd/dra-exporter
+	cd tools/image && $(GO) run . -binary $(IMAGE_DIR)/dra-exporter -out $(IMAGE_DIR) -ref $(IMAGE_REF) \
+		-version $(VERSION) -revision $(REVISION)
+
+.PHONY: image-test
+image-test: image ## Read the image back (entrypoint, user, labels) and run the binary inside with `version`.
+	cd tools/image && DRA_IMAGE_DIR=$(IMAGE_DIR) $(GO) test -count=1 ./...
+
 .PHONY: controlplane
 controlplane: $(CP_BIN)/.built ## Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager (cached).
 
@@ -70,7 +83,7 @@ $(TOOLS_BIN)/.built: tools/go.mod tools/go.sum
 	rm -rf $(TOOLS_BIN) && mv $(TOOLS_BIN).tmp $(TOOLS_BIN) && touch $@
 
 .PHONY: test
-test: build controlplane tools helm lint test-race ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a real control plane and Prometheus.
+test: build controlplane tools helm lint test-race image-test ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a real control plane and Prometheus.
 	@# promtool check/test rules run inside go test ./rules/ (TestPromtool*), with DRA_PROMTOOL set above.
 	$(GO) test -count=1 -timeout 40m ./...
 
