@@ -17,6 +17,8 @@ TOOLS_BIN     := $(CACHE)/tools/$(PROM_VERSION)/bin
 PROMTOOL      := $(TOOLS_BIN)/promtool
 PROMETHEUS    := $(TOOLS_BIN)/prometheus
 BIN           := $(CURDIR)/bin/dra-exporter
+HELM_VERSION  := v4.3.2
+HELM          := $(CACHE)/tools/helm-$(HELM_VERSION)/helm
 
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -30,6 +32,7 @@ export DRA_E2E_CONTROLPLANE_BIN := $(CP_BIN)
 export DRA_E2E_EXPORTER := $(BIN)
 export DRA_PROMTOOL := $(PROMTOOL)
 export DRA_PROMETHEUS := $(PROMETHEUS)
+export DRA_HELM := $(HELM)
 
 .PHONY: help
 help: ## List the targets.
@@ -38,6 +41,19 @@ help: ## List the targets.
 .PHONY: build
 build: ## Build bin/dra-exporter.
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/dra-exporter
+
+IMAGE_DIR := $(CURDIR)/bin/image
+IMAGE_REF ?= ghcr.io/dra-exporter/dra-exporter:$(VERSION)
+
+.PHONY: image
+image: ## Build the cluster exporter's OCI image without Docker (go-containerregistry): bin/image/oci and bin/image/dra-exporter.tar.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/dra-exporter ./cmd/dra-exporter
+	cd tools/image && $(GO) run . -binary $(IMAGE_DIR)/dra-exporter -out $(IMAGE_DIR) -ref $(IMAGE_REF) \
+		-version $(VERSION) -revision $(REVISION)
+
+.PHONY: image-test
+image-test: image ## Read the image back (entrypoint, user, labels) and run the binary inside with `version`.
+	cd tools/image && DRA_IMAGE_DIR=$(IMAGE_DIR) $(GO) test -count=1 ./...
 
 .PHONY: controlplane
 controlplane: $(CP_BIN)/.built ## Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager (cached).
@@ -67,7 +83,7 @@ $(TOOLS_BIN)/.built: tools/go.mod tools/go.sum
 	rm -rf $(TOOLS_BIN) && mv $(TOOLS_BIN).tmp $(TOOLS_BIN) && touch $@
 
 .PHONY: test
-test: build controlplane tools lint test-race ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a real control plane and Prometheus.
+test: build controlplane tools helm lint test-race image-test ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a real control plane and Prometheus.
 	@# promtool check/test rules run inside go test ./rules/ (TestPromtool*), with DRA_PROMTOOL set above.
 	$(GO) test -count=1 -timeout 40m ./...
 
@@ -81,6 +97,27 @@ RACE_PKGS := ./collector/ ./internal/index/ ./internal/kube/
 .PHONY: test-race
 test-race: ## Run the concurrency-sensitive packages under the race detector.
 	DRA_E2E_SKIP=1 $(GO) test -race -count=1 $(RACE_PKGS)
+
+.PHONY: helm
+helm: $(HELM) ## Build helm (cached); the chart tests find it through DRA_HELM.
+
+$(HELM): tools/helm/go.mod tools/helm/go.sum
+	@echo ">> building helm $(HELM_VERSION) (cold: ~4 min)"
+	mkdir -p $(dir $@)
+	cd tools/helm && $(GO) build -ldflags '-s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)' \
+		-o $@.tmp helm.sh/helm/v4/cmd/helm
+	mv $@.tmp $@
+
+CHART := deploy/helm/dra-exporter
+
+.PHONY: chart-lint
+chart-lint: $(HELM) ## helm lint the chart, and run its template tests (go test ./deploy/helm/).
+	$(HELM) lint --strict $(CHART)
+	$(GO) test -count=1 ./deploy/helm/
+
+.PHONY: manifests
+manifests: $(HELM) ## Render deploy/manifests and deploy/prometheus from the chart (default values), and README's values table.
+	$(GO) run ./deploy/helm/gen -helm $(HELM)
 
 PINT_VERSION := v0.86.0
 PINT := $(CACHE)/tools/pint-$(PINT_VERSION)/pint

@@ -1,0 +1,486 @@
+package helm
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+const root = "../.."
+
+// helmBinary returns the helm binary, or skips: the Makefile builds it and
+// exports DRA_HELM, so `make test` never skips.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	bin := os.Getenv(EnvHelm)
+	if bin == "" {
+		t.Skipf("%s is not set: `make helm` builds helm and the Makefile exports it (or run `make chart-lint`)", EnvHelm)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("%s=%s: %v", EnvHelm, bin, err)
+	}
+	return bin
+}
+
+// renders are the value sets the tests render: the defaults and the
+// non-default settings a user is likely to change.
+var renders = []struct {
+	name string
+	set  []string
+}{
+	{"default", nil},
+	{"sharded", []string{"exporter.shards=3"}},
+	{"hostpid-nonroot-agent", []string{"nodeAgent.hostPID=true", "nodeAgent.runAsUser=65534", "nodeAgent.dcgm.hostengineAddress=nvidia-dcgm:5555"}},
+	{"no-crds", []string{"serviceMonitor.enabled=false", "prometheusRule.enabled=false", "dashboards.enabled=false", "exporter.podDisruptionBudget.enabled=false"}},
+	{"exporter-only", []string{"nodeAgent.enabled=false", "fullnameOverride=dra", "exporter.extraArgs={--pod.labels-allowlist=team}"}},
+}
+
+func TestLint(t *testing.T) {
+	bin := helmBinary(t)
+	for _, r := range renders {
+		if out, err := Lint(bin, root, r.set...); err != nil {
+			t.Errorf("%s: %v\n%s", r.name, err, out)
+		}
+	}
+}
+
+func render(t *testing.T, set ...string) []Object {
+	t.Helper()
+	objs, err := Template(helmBinary(t), root, Release, Namespace, set...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func byKind(objs []Object, kind string) []Object {
+	var out []Object
+	for _, o := range objs {
+		if o.Kind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func kinds(objs []Object) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.Kind())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestEveryRender checks what must hold whatever the values.
+func TestEveryRender(t *testing.T) {
+	for _, r := range renders {
+		t.Run(r.name, func(t *testing.T) {
+			objs := render(t, r.set...)
+			checkHardened(t, objs)
+			checkReadOnlyRBAC(t, objs)
+			if rules := byKind(objs, "PrometheusRule"); len(rules) > 0 {
+				checkRuleGroups(t, rules)
+			}
+			if cms := byKind(objs, "ConfigMap"); len(cms) > 0 {
+				checkDashboards(t, cms)
+			}
+			for _, sm := range byKind(objs, "ServiceMonitor") {
+				for _, ep := range asList(Get(sm.Obj, "spec", "endpoints")) {
+					if Get(ep, "honorLabels") != true {
+						t.Errorf("ServiceMonitor %s: endpoint without honorLabels: true", sm.Name())
+					}
+				}
+			}
+		})
+	}
+}
+
+func asList(v any) []any { l, _ := v.([]any); return l }
+
+func workloads(objs []Object) []Object {
+	var out []Object
+	for _, o := range objs {
+		switch o.Kind() {
+		case "Deployment", "StatefulSet", "DaemonSet":
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// checkHardened: every container of every workload drops every capability,
+// cannot escalate, has a read-only root filesystem, a RuntimeDefault seccomp
+// profile, requests and a memory limit, and liveness and readiness probes on
+// /healthz and /readyz; the exporter runs as non-root 65534, the agent as
+// the user nodeAgent.runAsUser names (0 by default, for the root-owned socket).
+func checkHardened(t *testing.T, objs []Object) {
+	t.Helper()
+	if len(workloads(objs)) == 0 {
+		t.Fatal("no workload rendered")
+	}
+	for _, w := range workloads(objs) {
+		pod := Get(w.Obj, "spec", "template", "spec")
+		if Get(pod, "securityContext", "seccompProfile", "type") != "RuntimeDefault" {
+			t.Errorf("%s %s: pod seccomp is not RuntimeDefault", w.Kind(), w.Name())
+		}
+		containers := append(asList(Get(pod, "containers")), asList(Get(pod, "initContainers"))...)
+		for _, c := range containers {
+			name := fmt.Sprintf("%s %s container %v", w.Kind(), w.Name(), Get(c, "name"))
+			sc := Get(c, "securityContext")
+			for _, want := range []struct {
+				path []string
+				val  any
+			}{
+				{[]string{"allowPrivilegeEscalation"}, false},
+				{[]string{"readOnlyRootFilesystem"}, true},
+				{[]string{"privileged"}, false},
+				{[]string{"seccompProfile", "type"}, "RuntimeDefault"},
+			} {
+				if got := Get(sc, want.path...); got != want.val {
+					t.Errorf("%s: securityContext.%s = %v, want %v", name, strings.Join(want.path, "."), got, want.val)
+				}
+			}
+			if drop := asList(Get(sc, "capabilities", "drop")); len(drop) != 1 || drop[0] != "ALL" {
+				t.Errorf("%s: capabilities.drop = %v, want [ALL]", name, drop)
+			}
+			if add := Get(sc, "capabilities", "add"); add != nil {
+				t.Errorf("%s: capabilities.add = %v", name, add)
+			}
+			if w.Component() == "exporter" {
+				if Get(sc, "runAsNonRoot") != true || Get(sc, "runAsUser") != float64(65534) {
+					t.Errorf("%s: runs as %v (runAsNonRoot %v), want non-root 65534", name, Get(sc, "runAsUser"), Get(sc, "runAsNonRoot"))
+				}
+			} else if uid := Get(sc, "runAsUser"); uid != float64(0) && Get(sc, "runAsNonRoot") != true {
+				t.Errorf("%s: user %v without runAsNonRoot", name, uid)
+			}
+			for _, r := range []string{"cpu", "memory"} {
+				if Get(c, "resources", "requests", r) == nil {
+					t.Errorf("%s: no %s request", name, r)
+				}
+			}
+			if Get(c, "resources", "limits", "memory") == nil {
+				t.Errorf("%s: no memory limit", name)
+			}
+			if p := Get(c, "livenessProbe", "httpGet", "path"); p != "/healthz" {
+				t.Errorf("%s: liveness probe %v, want /healthz", name, p)
+			}
+			if p := Get(c, "readinessProbe", "httpGet", "path"); p != "/readyz" {
+				t.Errorf("%s: readiness probe %v, want /readyz", name, p)
+			}
+		}
+	}
+}
+
+// checkReadOnlyRBAC: the ClusterRoles grant get, list and watch only, and
+// the two ClusterRoles are exactly the ones the e2e suite proves.
+func checkReadOnlyRBAC(t *testing.T, objs []Object) {
+	t.Helper()
+	for _, o := range objs {
+		if o.Kind() == "Role" || o.Kind() == "RoleBinding" {
+			t.Errorf("%s %s: the chart has cluster-wide read-only roles only", o.Kind(), o.Name())
+		}
+		if o.Kind() != "ClusterRole" {
+			continue
+		}
+		for _, rule := range asList(Get(o.Obj, "rules")) {
+			for _, v := range asList(Get(rule, "verbs")) {
+				if v != "get" && v != "list" && v != "watch" {
+					t.Errorf("ClusterRole %s grants %v", o.Name(), v)
+				}
+			}
+			for _, res := range asList(Get(rule, "resources")) {
+				if s, _ := res.(string); strings.Contains(s, "*") || strings.Contains(s, "secrets") {
+					t.Errorf("ClusterRole %s names %v", o.Name(), res)
+				}
+			}
+		}
+	}
+}
+
+// checkRuleGroups: the PrometheusRule holds every group of every rules/*.yaml
+// file, each with the same rules.
+func checkRuleGroups(t *testing.T, rules []Object) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(root, "rules", "*.yaml"))
+	if len(files) == 0 {
+		t.Fatal("no rules/*.yaml")
+	}
+	got := map[string]any{}
+	for _, g := range asList(Get(rules[0].Obj, "spec", "groups")) {
+		got[Get(g, "name").(string)] = g
+	}
+	want := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var file map[string]any
+		if err := yaml.Unmarshal(data, &file); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, g := range asList(file["groups"]) {
+			want++
+			name := Get(g, "name").(string)
+			a, _ := json.Marshal(g)
+			b, _ := json.Marshal(got[name])
+			if !bytes.Equal(a, b) {
+				t.Errorf("PrometheusRule group %s differs from %s", name, filepath.Base(f))
+			}
+		}
+	}
+	if len(got) != want {
+		t.Errorf("PrometheusRule has %d groups, rules/ %d", len(got), want)
+	}
+}
+
+// checkDashboards: the ConfigMap has the sidecar label and every dashboard,
+// byte for byte.
+func checkDashboards(t *testing.T, cms []Object) {
+	t.Helper()
+	if len(cms) != 1 {
+		t.Fatalf("%d ConfigMaps, want the dashboards' one", len(cms))
+	}
+	cm := cms[0]
+	if Get(cm.Obj, "metadata", "labels", "grafana_dashboard") != "1" {
+		t.Errorf("ConfigMap %s lacks grafana_dashboard: \"1\"", cm.Name())
+	}
+	files, _ := filepath.Glob(filepath.Join(root, "dashboards", "*.json"))
+	if len(files) == 0 {
+		t.Fatal("no dashboards/*.json")
+	}
+	data, _ := Get(cm.Obj, "data").(map[string]any)
+	for _, f := range files {
+		want, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := "dra-exporter-" + filepath.Base(f)
+		got, _ := data[key].(string)
+		if strings.TrimRight(got, "\n") != strings.TrimRight(string(want), "\n") {
+			t.Errorf("ConfigMap %s: %s differs from %s", cm.Name(), key, f)
+		}
+		if !json.Valid([]byte(got)) {
+			t.Errorf("ConfigMap %s: %s is not JSON", cm.Name(), key)
+		}
+	}
+	if len(data) != len(files) {
+		t.Errorf("ConfigMap has %d dashboards, dashboards/ %d", len(data), len(files))
+	}
+}
+
+func container(t *testing.T, w Object) any {
+	t.Helper()
+	cs := asList(Get(w.Obj, "spec", "template", "spec", "containers"))
+	if len(cs) != 1 {
+		t.Fatalf("%s %s: %d containers", w.Kind(), w.Name(), len(cs))
+	}
+	return cs[0]
+}
+
+func args(c any) []string {
+	var out []string
+	for _, a := range asList(Get(c, "args")) {
+		out = append(out, a.(string))
+	}
+	return out
+}
+
+func TestDefaultRender(t *testing.T) {
+	objs := render(t)
+	want := []string{"ClusterRole", "ClusterRole", "ClusterRoleBinding", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Deployment",
+		"PodDisruptionBudget", "PrometheusRule", "Service", "Service", "ServiceAccount", "ServiceAccount", "ServiceMonitor", "ServiceMonitor"}
+	if got := kinds(objs); !slices.Equal(got, want) {
+		t.Errorf("kinds %v, want %v", got, want)
+	}
+	dep := byKind(objs, "Deployment")[0]
+	if a := args(container(t, dep)); slices.ContainsFunc(a, func(s string) bool { return strings.Contains(s, "shard") }) {
+		t.Errorf("one replica with sharding flags: %v", a)
+	}
+	for _, svc := range byKind(objs, "Service") {
+		job := Get(svc.Obj, "metadata", "labels", "dra-exporter/job")
+		if svc.Component() == "exporter" && job != "dra-exporter" {
+			t.Errorf("exporter Service job label %v: DRAExporterDown reads up{job=\"dra-exporter\"}", job)
+		}
+	}
+	ds := byKind(objs, "DaemonSet")[0]
+	pod := Get(ds.Obj, "spec", "template", "spec")
+	if Get(pod, "nodeSelector", "nvidia.com/gpu.present") != "true" {
+		t.Errorf("agent nodeSelector %v", Get(pod, "nodeSelector"))
+	}
+	if Get(pod, "hostPID") != nil {
+		t.Error("hostPID is on by default; it is an opt-in")
+	}
+	a := args(container(t, ds))
+	for _, w := range []string{"node", "--gpu.source=dcgm", "--proc-root=", "--kubelet.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"} {
+		if !slices.Contains(a, w) {
+			t.Errorf("agent args %v lack %s", a, w)
+		}
+	}
+	var hostPaths []any
+	for _, v := range asList(Get(pod, "volumes")) {
+		if p := Get(v, "hostPath", "path"); p != nil {
+			hostPaths = append(hostPaths, p)
+		}
+	}
+	if len(hostPaths) != 1 || hostPaths[0] != "/var/lib/kubelet/pod-resources" {
+		t.Errorf("agent hostPaths %v, want the pod-resources directory only", hostPaths)
+	}
+}
+
+func TestShardedRender(t *testing.T) {
+	objs := render(t, "exporter.shards=3")
+	if n := len(byKind(objs, "Deployment")); n != 0 {
+		t.Errorf("%d Deployments with shards=3", n)
+	}
+	sts := byKind(objs, "StatefulSet")
+	if len(sts) != 1 {
+		t.Fatalf("%d StatefulSets", len(sts))
+	}
+	if r := Get(sts[0].Obj, "spec", "replicas"); r != float64(3) {
+		t.Errorf("replicas %v", r)
+	}
+	c := container(t, sts[0])
+	a := args(c)
+	for _, w := range []string{"serve", "--auto-sharding", "--total-shards=3"} {
+		if !slices.Contains(a, w) {
+			t.Errorf("args %v lack %s", a, w)
+		}
+	}
+	var podName any
+	for _, e := range asList(Get(c, "env")) {
+		if Get(e, "name") == "POD_NAME" {
+			podName = Get(e, "valueFrom", "fieldRef", "fieldPath")
+		}
+	}
+	if podName != "metadata.name" {
+		t.Errorf("POD_NAME from %v, want the downward API's metadata.name", podName)
+	}
+	svcName := Get(sts[0].Obj, "spec", "serviceName")
+	found := false
+	for _, svc := range byKind(objs, "Service") {
+		if svc.Name() == svcName {
+			found = true
+			if Get(svc.Obj, "spec", "clusterIP") != "None" {
+				t.Errorf("Service %s is not headless", svc.Name())
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no Service %v for the StatefulSet", svcName)
+	}
+}
+
+func TestHostPIDRender(t *testing.T) {
+	objs := render(t, "nodeAgent.hostPID=true", "nodeAgent.dcgm.hostengineAddress=nvidia-dcgm:5555")
+	ds := byKind(objs, "DaemonSet")[0]
+	pod := Get(ds.Obj, "spec", "template", "spec")
+	if Get(pod, "hostPID") != true {
+		t.Error("hostPID not set")
+	}
+	c := container(t, ds)
+	a := args(c)
+	for _, w := range []string{"--proc-root=/host/proc", "--dcgm.hostengine-address=nvidia-dcgm:5555"} {
+		if !slices.Contains(a, w) {
+			t.Errorf("args %v lack %s", a, w)
+		}
+	}
+	mounted := false
+	for _, m := range asList(Get(c, "volumeMounts")) {
+		if Get(m, "mountPath") == "/host/proc" && Get(m, "readOnly") == true {
+			mounted = true
+		}
+	}
+	if !mounted {
+		t.Error("the host's /proc is not mounted read-only at /host/proc")
+	}
+	for _, e := range asList(Get(c, "env")) {
+		if Get(e, "name") == "NVIDIA_VISIBLE_DEVICES" {
+			t.Error("a standalone host engine needs no GPUs in the agent")
+		}
+	}
+}
+
+func TestOptionalKindsOff(t *testing.T) {
+	objs := render(t, "serviceMonitor.enabled=false", "prometheusRule.enabled=false", "dashboards.enabled=false",
+		"nodeAgent.enabled=false", "exporter.podDisruptionBudget.enabled=false")
+	want := []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"}
+	if got := kinds(objs); !slices.Equal(got, want) {
+		t.Errorf("kinds %v, want %v", got, want)
+	}
+}
+
+// TestManifestsCurrent fails when deploy/manifests or deploy/prometheus is
+// not the chart rendered with default values: run `make manifests`.
+func TestManifestsCurrent(t *testing.T) {
+	files, err := Manifests(render(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range files {
+		got, err := os.ReadFile(filepath.Join(root, path))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s is stale (run `make manifests`)", path)
+		}
+	}
+	for _, dir := range []string{"deploy/manifests", "deploy/prometheus"} {
+		onDisk, _ := filepath.Glob(filepath.Join(root, dir, "*.yaml"))
+		for _, f := range onDisk {
+			rel, _ := filepath.Rel(root, f)
+			if _, ok := files[filepath.ToSlash(rel)]; !ok && !slices.Contains(handKept, filepath.Base(f)) {
+				t.Errorf("%s is neither rendered from the chart nor hand-kept (run `make manifests`)", rel)
+			}
+		}
+	}
+	for _, p := range []string{"deploy/manifests/clusterrole.yaml", "deploy/manifests/node-agent-clusterrole.yaml"} {
+		if _, ok := files[p]; !ok {
+			t.Errorf("%s is not rendered: the e2e suite reads it", p)
+		}
+	}
+}
+
+// TestREADMEValuesTable fails when README.md's values table is not the one
+// values.yaml's comments make: run `make manifests`.
+func TestREADMEValuesTable(t *testing.T) {
+	values, err := os.ReadFile(filepath.Join(root, Chart, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := Values(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vals) < 40 {
+		t.Fatalf("only %d documented values", len(vals))
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := ReplaceTable(string(readme), Table(vals))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want != string(readme) {
+		t.Error("README.md's values table is stale (run `make manifests`)")
+	}
+}
+
+func TestValuesNeedDocs(t *testing.T) {
+	if _, err := Values([]byte("a:\n  # -- documented\n  b: 1\n  c: 2\n")); err == nil || !strings.Contains(err.Error(), "a.c") {
+		t.Errorf("an undocumented value: err %v", err)
+	}
+	vals, err := Values([]byte("# -- one\n# two | three\nx: {k: v}\n"))
+	if err != nil || len(vals) != 1 || vals[0].Doc != "one two | three" || vals[0].Default != `{"k":"v"}` {
+		t.Errorf("Values = %+v, %v", vals, err)
+	}
+}

@@ -1,0 +1,164 @@
+// Command image builds the cluster exporter's OCI image without a container
+// engine (github.com/google/go-containerregistry): one layer holding a static
+// (CGO_ENABLED=0) dra-exporter binary at /dra-exporter on an empty base, run
+// as 65534:65534 (no /etc/passwd needed), entrypoint /dra-exporter, command
+// serve. It writes an OCI image layout and a tarball (docker load, crane push).
+// `make image` builds the binary and runs this; its own module keeps
+// go-containerregistry out of the exporter's go.mod.
+//
+// The node agent's image is not built here: it needs glibc and DCGM, so it
+// is built on NVIDIA's DCGM image (see README.md, "Install with Helm").
+package main
+
+import (
+	"archive/tar"
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// Options describe one image.
+type Options struct {
+	Binary   string    // the static dra-exporter binary
+	Out      string    // output directory: <out>/oci (layout), <out>/dra-exporter.tar
+	Ref      string    // image reference, e.g. ghcr.io/dra-exporter/dra-exporter:v0.1.0
+	Version  string    // org.opencontainers.image.version
+	Revision string    // org.opencontainers.image.revision
+	Arch     string    // GOARCH of the binary
+	Created  time.Time // image creation time (SOURCE_DATE_EPOCH: reproducible)
+}
+
+// User is the image's user: nobody, by number.
+const User = "65534:65534"
+
+func main() {
+	var o Options
+	flag.StringVar(&o.Binary, "binary", "", "The static dra-exporter binary (CGO_ENABLED=0).")
+	flag.StringVar(&o.Out, "out", "bin/image", "Output directory.")
+	flag.StringVar(&o.Ref, "ref", "ghcr.io/dra-exporter/dra-exporter:dev", "Image reference (repository:tag) written into the tarball and the layout.")
+	flag.StringVar(&o.Version, "version", "dev", "Version label.")
+	flag.StringVar(&o.Revision, "revision", "unknown", "Revision label.")
+	flag.StringVar(&o.Arch, "arch", runtime.GOARCH, "Architecture of the binary.")
+	flag.Parse()
+	o.Created = time.Unix(0, 0).UTC()
+	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
+		sec, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "image: SOURCE_DATE_EPOCH:", err)
+			os.Exit(2)
+		}
+		o.Created = time.Unix(sec, 0).UTC()
+	}
+	img, err := Build(o)
+	if err == nil {
+		err = Write(o, img)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "image:", err)
+		os.Exit(1)
+	}
+	d, _ := img.Digest()
+	fmt.Printf("%s %s\n  layout  %s\n  tarball %s\n", o.Ref, d, filepath.Join(o.Out, "oci"), filepath.Join(o.Out, "dra-exporter.tar"))
+}
+
+// Build makes the image from the binary.
+func Build(o Options) (v1.Image, error) {
+	if o.Binary == "" {
+		return nil, fmt.Errorf("-binary is required")
+	}
+	bin, err := os.ReadFile(o.Binary)
+	if err != nil {
+		return nil, err
+	}
+	var layerTar bytes.Buffer
+	tw := tar.NewWriter(&layerTar)
+	if err := tw.WriteHeader(&tar.Header{Name: "dra-exporter", Mode: 0o755, Size: int64(len(bin)), ModTime: o.Created, Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(bin); err != nil {
+		return nil, err
+	}
+	// A world-writable /tmp with the sticky bit: Go's os.TempDir, should anything
+	// need it; the chart mounts the root filesystem read-only.
+	if err := tw.WriteHeader(&tar.Header{Name: "tmp/", Mode: 0o1777, ModTime: o.Created, Typeflag: tar.TypeDir, Format: tar.FormatPAX}); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	data := layerTar.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, err
+	}
+	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
+	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, History: v1.History{
+		Author: "dra-exporter tools/image", CreatedBy: "tools/image: /dra-exporter (static, CGO_ENABLED=0)", Created: v1.Time{Time: o.Created},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture = "linux", o.Arch
+	cf.Created = v1.Time{Time: o.Created}
+	cf.Config = v1.Config{
+		Entrypoint:   []string{"/dra-exporter"},
+		Cmd:          []string{"serve"},
+		User:         User,
+		WorkingDir:   "/",
+		ExposedPorts: map[string]struct{}{"9877/tcp": {}},
+		Labels: map[string]string{
+			"org.opencontainers.image.title":       "dra-exporter",
+			"org.opencontainers.image.description": "Prometheus exporter for Kubernetes Dynamic Resource Allocation (DRA) on GPU clusters",
+			"org.opencontainers.image.source":      "https://github.com/dra-exporter/dra-exporter",
+			"org.opencontainers.image.url":         "https://github.com/dra-exporter/dra-exporter",
+			"org.opencontainers.image.version":     o.Version,
+			"org.opencontainers.image.revision":    o.Revision,
+			"org.opencontainers.image.created":     o.Created.Format(time.RFC3339),
+		},
+	}
+	return mutate.ConfigFile(img, cf)
+}
+
+// Write writes the OCI layout and the tarball.
+func Write(o Options, img v1.Image) error {
+	ref, err := name.ParseReference(o.Ref)
+	if err != nil {
+		return fmt.Errorf("-ref: %w", err)
+	}
+	dir := filepath.Join(o.Out, "oci")
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return err
+	}
+	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
+		"org.opencontainers.image.ref.name": ref.Identifier(),
+	})); err != nil {
+		return err
+	}
+	return tarball.WriteToFile(filepath.Join(o.Out, "dra-exporter.tar"), ref, img)
+}
