@@ -19,6 +19,8 @@ PROMETHEUS    := $(TOOLS_BIN)/prometheus
 BIN           := $(CURDIR)/bin/dra-exporter
 HELM_VERSION  := v4.3.2
 HELM          := $(CACHE)/tools/helm-$(HELM_VERSION)/helm
+KSM_VERSION   := v2.20.0
+KSM           := $(CACHE)/tools/ksm-$(KSM_VERSION)/kube-state-metrics
 
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -137,6 +139,20 @@ rules-test: tools ## Check and unit-test the rule bundle: promtool and its conve
 .PHONY: bench
 bench: ## Benchmark index build and scrape at 1k, 10k and 100k claims.
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x -timeout 60m ./bench/
+
+$(KSM): tools/ksm/go.mod tools/ksm/go.sum
+	@echo ">> building kube-state-metrics $(KSM_VERSION) (cold: ~4 min)"
+	cd tools/ksm && $(GO) build -o $@.tmp k8s.io/kube-state-metrics/v2
+	mv $@.tmp $@
+
+.PHONY: ksm
+ksm: $(KSM) ## Build kube-state-metrics (cached), the neighbour bench-scale measures beside the exporter.
+
+N ?= 10000
+.PHONY: bench-scale
+bench-scale: build controlplane $(KSM) ## Scale benchmark on a real etcd + kube-apiserver beside kube-state-metrics: make bench-scale N=100000 (not part of make test).
+	$(GO) run ./bench/scale -n $(N) -controlplane-bin $(CP_BIN) -exporter $(BIN) -out bin/bench-scale \
+		-compare-cmd '$(KSM) --kubeconfig={kubeconfig} --host=127.0.0.1 --port={port} --telemetry-host=127.0.0.1 --telemetry-port={telemetry_port} --resources=pods,nodes --enable-gzip-encoding'
 
 .PHONY: fuzz
 fuzz: ## Fuzz the index and classifier for 2 minutes.

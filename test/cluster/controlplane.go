@@ -51,6 +51,7 @@ type ControlPlane struct {
 	Client     kubernetes.Interface
 
 	etcdURL string
+	opts    startOptions
 
 	mu    sync.Mutex
 	procs map[string]*process
@@ -83,12 +84,40 @@ func BinDir() (string, error) {
 // Start starts etcd, kube-apiserver, kube-scheduler and
 // kube-controller-manager in dir and waits until each is healthy.
 func Start(ctx context.Context, binDir, dir string) (*ControlPlane, error) {
-	cp := &ControlPlane{Dir: dir, BinDir: binDir, procs: map[string]*process{}, ports: map[string]int{}}
+	return start(ctx, binDir, dir, startOptions{})
+}
+
+// StartAPI starts etcd and kube-apiserver only: with no scheduler and no
+// controllers, objects stay exactly as a client writes them (the scale
+// benchmark loads a whole cluster's state this way). etcdQuotaBytes is etcd's
+// --quota-backend-bytes (0: 4 GiB).
+func StartAPI(ctx context.Context, binDir, dir string, etcdQuotaBytes int64) (*ControlPlane, error) {
+	return start(ctx, binDir, dir, startOptions{apiOnly: true, etcdQuotaBytes: etcdQuotaBytes})
+}
+
+type startOptions struct {
+	apiOnly        bool
+	etcdQuotaBytes int64
+}
+
+func start(ctx context.Context, binDir, dir string, opts startOptions) (*ControlPlane, error) {
+	cp := &ControlPlane{Dir: dir, BinDir: binDir, opts: opts, procs: map[string]*process{}, ports: map[string]int{}}
 	if err := cp.start(ctx); err != nil {
 		cp.Stop()
 		return nil, err
 	}
 	return cp, nil
+}
+
+// PID returns the process id of a running component ("etcd",
+// "kube-apiserver", ...), or 0.
+func (cp *ControlPlane) PID(name string) int {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if p := cp.procs[name]; p != nil {
+		return p.cmd.Process.Pid
+	}
+	return 0
 }
 
 func (cp *ControlPlane) start(ctx context.Context) error {
@@ -109,11 +138,15 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	}
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", cp.ports["etcd-client"])
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", cp.ports["etcd-peer"])
+	quota := cp.opts.etcdQuotaBytes
+	if quota <= 0 {
+		quota = 4 << 30
+	}
 	if err := cp.spawn("etcd",
 		"--name=e2e", "--data-dir="+filepath.Join(cp.Dir, "etcd"),
 		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
-		"--initial-cluster=e2e="+peerURL, "--unsafe-no-fsync", "--quota-backend-bytes=4294967296",
+		"--initial-cluster=e2e="+peerURL, "--unsafe-no-fsync", "--quota-backend-bytes="+strconv.FormatInt(quota, 10),
 		"--log-level=warn",
 	); err != nil {
 		return err
@@ -129,6 +162,9 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	}
 	if err := cp.writeAdminKubeconfig(); err != nil {
 		return err
+	}
+	if cp.opts.apiOnly {
+		return nil
 	}
 	if err := cp.startScheduler(ctx); err != nil {
 		return err

@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/dra-exporter/dra-exporter/test/cluster"
+)
+
+// TestSmallRun runs the whole benchmark at 300 claims (without the compared
+// exporter, which make test does not build) and checks that every figure
+// the README's table shows was measured and is plausible: a harness that
+// silently measured nothing would print a table of zeros.
+func TestSmallRun(t *testing.T) {
+	bin := os.Getenv(cluster.EnvBinDir)
+	exporter := os.Getenv("DRA_E2E_EXPORTER")
+	if bin == "" || exporter == "" {
+		if os.Getenv("DRA_E2E_SKIP") == "1" {
+			t.Skip("no control plane binaries or exporter (DRA_E2E_SKIP=1)")
+		}
+		t.Fatalf("set %s and DRA_E2E_EXPORTER (make test does)", cluster.EnvBinDir)
+	}
+	o := options{n: 300, workers: 8, scrapes: 12, controlPlane: bin, exporter: exporter, dir: filepath.Join(t.TempDir(), "cp")}
+	rep, err := run(context.Background(), o, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Floor == nil || rep.Floor.Objects["pods"] != rep.Cluster.Pods || rep.Floor.Objects["resourceclaims"] != rep.Cluster.Claims {
+		t.Fatalf("floor %+v, cluster %+v", rep.Floor, rep.Cluster)
+	}
+	if len(rep.Results) != 1 {
+		t.Fatalf("%d results, want the exporter's", len(rep.Results))
+	}
+	r := rep.Results[0]
+	switch {
+	case r.ReadySeconds <= 0, r.SyncCPUSeconds <= 0:
+		t.Errorf("ready %.3fs, sync CPU %.3fs", r.ReadySeconds, r.SyncCPUSeconds)
+	case r.RSSAfterSyncBytes < 10<<20, r.RSSAfter10ScrapesBytes < 10<<20, r.GoHeapInuseBytes <= 0:
+		t.Errorf("RSS %d/%d, heap %d", r.RSSAfterSyncBytes, r.RSSAfter10ScrapesBytes, r.GoHeapInuseBytes)
+	case len(r.Scrapes) != o.scrapes, r.ScrapeP50Seconds <= 0, r.ScrapeP99Seconds < r.ScrapeP50Seconds:
+		t.Errorf("%d scrapes, p50 %.3f, p99 %.3f", len(r.Scrapes), r.ScrapeP50Seconds, r.ScrapeP99Seconds)
+	case r.GzipBytes <= 0, r.GzipBytes >= r.Bytes:
+		t.Errorf("gzip %d bytes of %d", r.GzipBytes, r.Bytes)
+	}
+	// About 9.5 series per claim (bench/README.md), and at least one per pod.
+	if r.Series < rep.Cluster.Pods || r.Series > 20*rep.Cluster.Claims {
+		t.Errorf("%d series for %d claims", r.Series, rep.Cluster.Claims)
+	}
+	if md := rep.Markdown(); len(md) < 200 {
+		t.Errorf("markdown table too short:\n%s", md)
+	}
+}
