@@ -207,3 +207,9 @@ func allocateIdleClaim(ctx context.Context, c kubernetes.Interface, ns, name str
 		return err
 	})
 }
+
+// OffDevicePluginNode keeps a pod that asks for nvidia.com/gpu off the
+// demo's device-plugin node (tests share the control plane, and a test that
+// seeded DemoNodes leaves that node behind): the scheduler then serves the
+// request through the DeviceClass that maps the extended resource.
+func OffDevicePluginNode(p *corev1.Pod) *corev1.Pod { return offNode(p, devicePluginNode) }

@@ -65,8 +65,10 @@ func AccountKubeconfig(ctx context.Context, cp *ControlPlane, clusterRoleFile, a
 	if _, err := c.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", err
 	}
+	// A binding of the tests' own: tests that apply deploy/manifests
+	// (re)write the chart's binding of the same role concurrently.
 	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-" + account},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ExporterNamespace, Name: account}},
 	}

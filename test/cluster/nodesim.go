@@ -32,8 +32,8 @@ import (
 const GPUProcessAnnotation = "sim.dra-exporter.io/gpu-process"
 
 // NodeAgentAccount is the ServiceAccount the simulated nodes' agents run as,
-// bound to deploy/manifests/node-agent-clusterrole.yaml.
-const NodeAgentAccount = "dra-node-agent"
+// the chart's, bound to deploy/manifests/node-agent-clusterrole.yaml.
+const NodeAgentAccount = "dra-exporter-node-agent"
 
 // NodeAgents runs one `dra-exporter node` per simulated node, and plays for
 // each node what the agent reads on a real one: the kubelet's pod-resources

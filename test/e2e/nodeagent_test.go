@@ -90,7 +90,7 @@ func TestNodeAgent(t *testing.T) {
 		"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod%s.slice/cri-containerd-0a1b.scope\n",
 		strings.ReplaceAll(string(pod.UID), "-", "_")))
 
-	kubeconfig, err := cluster.AccountKubeconfig(ctx, env.cp, repoPath("deploy/manifests/node-agent-clusterrole.yaml"), "dra-node-agent")
+	kubeconfig, err := cluster.AccountKubeconfig(ctx, env.cp, repoPath("deploy/manifests/node-agent-clusterrole.yaml"), cluster.NodeAgentAccount)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestNodeAgent(t *testing.T) {
 	}
 
 	// Narrow RBAC: the agent's account cannot list claims cluster-wide.
-	if ok, err := cluster.CanIAs(ctx, env.cp.Client, "dra-node-agent", "list", "resource.k8s.io", "resourceclaims"); err != nil || ok {
+	if ok, err := cluster.CanIAs(ctx, env.cp.Client, cluster.NodeAgentAccount, "list", "resource.k8s.io", "resourceclaims"); err != nil || ok {
 		t.Errorf("node agent may list resourceclaims (err %v): its role must allow get only", err)
 	}
 }

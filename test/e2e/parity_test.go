@@ -58,7 +58,7 @@ func TestLiveMatchesSnapshot(t *testing.T) {
 	createPod(t, cluster.PodWithClaim(ns, "no-claim", "missing"))
 	createPod(t, cluster.PodWithClaim(ns, "shared-a", "shared"))
 	createPod(t, cluster.PodWithClaim(ns, "shared-b", "shared"))
-	createPod(t, cluster.PodWithGPUs(ns, "extended", 1))
+	createPod(t, cluster.OffDevicePluginNode(cluster.PodWithGPUs(ns, "extended", 1)))
 
 	for _, name := range []string{"ready", "loading", "pending", "failed", "shared-a", "shared-b", "extended"} {
 		scheduled(t, ns, name)

@@ -106,7 +106,7 @@ func TestSharding(t *testing.T) {
 	urgent := cluster.PodWithTemplate(waiter, "l4-urgent", "l4")
 	urgent.Spec.PriorityClassName = critical.Name
 	createPod(t, urgent)
-	createPod(t, cluster.PodWithGPUs(waiter, "extended", 1))
+	createPod(t, cluster.OffDevicePluginNode(cluster.PodWithGPUs(waiter, "extended", 1)))
 	// Shard 2's namespace: a running pod holds an H100; a pod names a claim
 	// that does not exist; a pod whose devices failed to prepare (an event).
 	bound, _, held := allocatedPod(t, gpuHolder, "llm-0")
