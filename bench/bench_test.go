@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/expfmt"
 
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
@@ -247,13 +246,12 @@ func benchmarkScrape(b *testing.B, collectors []collector.Collector) {
 			g.check(b, size.claims)
 			f := load(b, size.claims)
 			ix := f.index(b)
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collector.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), collectors...))
+			exp := collector.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), collectors...)
 			var res scrapeResult
 			collectorSeconds := map[string]float64{}
 			for b.Loop() {
 				var err error
-				res, err = scrape(reg)
+				res, err = scrape(exp)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -319,44 +317,36 @@ type scrapeResult struct {
 	families map[string]int
 }
 
-// scrape gathers the registry and encodes the text exposition. It fails
-// when a collector reports failure, so that a benchmark never measures a
-// scrape that lost a collector.
-func scrape(reg prometheus.Gatherer) (scrapeResult, error) {
-	mfs, err := reg.Gather()
-	if err != nil {
-		return scrapeResult{}, fmt.Errorf("gather: %w", err)
-	}
-	var buf bytes.Buffer
-	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+// scrape renders the exporter's families as /metrics does (the fast text
+// path, collector.Exporter.TextFamilies) and counts them. It fails when a
+// collector reports failure, so that a benchmark never measures a scrape
+// that lost a collector.
+func scrape(x *collector.Exporter) (scrapeResult, error) {
 	res := scrapeResult{collectorSeconds: map[string]float64{}, families: map[string]int{}}
-	for _, mf := range mfs {
-		if err := enc.Encode(mf); err != nil {
-			return scrapeResult{}, fmt.Errorf("encode %s: %w", mf.GetName(), err)
-		}
-		for _, m := range mf.Metric {
-			series := 1
-			if h := m.GetHistogram(); h != nil {
-				series = len(h.GetBucket()) + 3 // +Inf, _sum, _count
+	for _, f := range x.TextFamilies(false) {
+		res.bytes += len(f.Text)
+		for line := range bytes.Lines(f.Text) {
+			if line[0] == '#' {
+				continue
 			}
-			res.series += series
-			res.families[mf.GetName()] += series
-			var name string
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "collector" {
-					name = l.GetValue()
-				}
+			res.series++
+			res.families[f.Name]++
+			if f.Name != "dra_exporter_scrape_collector_duration_seconds" && f.Name != "dra_exporter_scrape_collector_success" {
+				continue
 			}
-			switch mf.GetName() {
-			case "dra_exporter_scrape_collector_duration_seconds":
-				res.collectorSeconds[name] += m.GetGauge().GetValue()
-			case "dra_exporter_scrape_collector_success":
-				if m.GetGauge().GetValue() != 1 {
-					return scrapeResult{}, fmt.Errorf("collector %s failed", name)
-				}
+			labels, value, _ := strings.Cut(strings.TrimSpace(string(line)), "} ")
+			_, name, _ := strings.Cut(labels, `collector="`)
+			name = strings.TrimSuffix(name, `"`)
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return scrapeResult{}, fmt.Errorf("%s: %w", line, err)
+			}
+			if f.Name == "dra_exporter_scrape_collector_duration_seconds" {
+				res.collectorSeconds[name] += v
+			} else if v != 1 {
+				return scrapeResult{}, fmt.Errorf("collector %s failed", name)
 			}
 		}
 	}
-	res.bytes = buf.Len()
 	return res, nil
 }

@@ -5,8 +5,6 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 )
@@ -99,9 +97,7 @@ func TestGeneratorShapes(t *testing.T) {
 	}
 
 	// A scrape emits every family with the sizes above.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector.NewExporter(f.index(t), f.now, true, slog.New(slog.DiscardHandler), clusterCollectors()...))
-	res, err := scrape(reg)
+	res, err := scrape(collector.NewExporter(f.index(t), f.now, true, slog.New(slog.DiscardHandler), clusterCollectors()...))
 	if err != nil {
 		t.Fatal(err)
 	}

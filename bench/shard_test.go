@@ -4,8 +4,6 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
@@ -54,12 +52,11 @@ func BenchmarkShardScrape(b *testing.B) {
 						}
 					}
 					after := heapInUse()
-					reg := prometheus.NewRegistry()
-					reg.MustRegister(collector.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), clusterCollectors()...).Shard(v.shard))
+					exp := collector.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), clusterCollectors()...).Shard(v.shard)
 					var res scrapeResult
 					for b.Loop() {
 						var err error
-						if res, err = scrape(reg); err != nil {
+						if res, err = scrape(exp); err != nil {
 							b.Fatal(err)
 						}
 					}

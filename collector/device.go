@@ -121,9 +121,10 @@ func (c *deviceCollector) Name() string { return "device" }
 func (c *deviceCollector) Defs() []*Def { return []*Def{c.info, c.memory, c.remaining} }
 
 func (c *deviceCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
-	lvs := make([]string, 0, 5+len(c.attrs))
 	for _, d := range s.Devices {
-		lvs = append(lvs[:0], d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device, d.GPUUUID)
+		// A slice of its own per series: the emitter keeps it.
+		lvs := make([]string, 0, 5+len(c.attrs))
+		lvs = append(lvs, d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device, d.GPUUUID)
 		for _, a := range c.attrs {
 			v, _ := d.Attribute(a.Attribute)
 			lvs = append(lvs, v)

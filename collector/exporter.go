@@ -101,33 +101,19 @@ func (x *Exporter) Describe(ch chan<- *prometheus.Desc) {
 // cluster (the blocked pods it did not reach would look unblocked). The
 // other collectors still emit.
 func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
-	if x.complete != nil && !x.complete() {
-		return
-	}
-	s := x.src.Snapshot()
-	now := x.now()
-	for _, c := range x.collectors {
-		if !x.shardRuns(c) {
-			continue
+	x.each(func(samples []sample) {
+		for _, s := range samples {
+			ch <- prometheus.MustNewConstMetric(s.def.desc, prometheus.GaugeValue, s.v, s.lvs...)
 		}
-		start := time.Now()
-		metrics, err := x.run(c, s, now)
-		if err != nil {
-			var p panicError
-			if errors.As(err, &p) {
-				x.logger.Error("collector panicked; its series are left out of this scrape", "collector", c.Name(), "panic", fmt.Sprint(p.value), "stack", string(p.stack))
-			} else {
-				x.logger.Error("collector failed; its series are left out of this scrape", "collector", c.Name(), "err", err)
-			}
-		} else {
-			for _, m := range metrics {
-				ch <- m
-			}
-		}
-		if x.timing {
-			ch <- prometheus.MustNewConstMetric(scrapeDuration.desc, prometheus.GaugeValue, time.Since(start).Seconds(), c.Name())
-			ch <- prometheus.MustNewConstMetric(scrapeSuccess.desc, prometheus.GaugeValue, boolFloat(err == nil), c.Name())
-		}
+	})
+}
+
+func (x *Exporter) logFailure(c Collector, err error) {
+	var p panicError
+	if errors.As(err, &p) {
+		x.logger.Error("collector panicked; its series are left out of this scrape", "collector", c.Name(), "panic", fmt.Sprint(p.value), "stack", string(p.stack))
+	} else {
+		x.logger.Error("collector failed; its series are left out of this scrape", "collector", c.Name(), "err", err)
 	}
 }
 
@@ -146,17 +132,17 @@ func (x *Exporter) shardRuns(c Collector) bool {
 	return false
 }
 
-func (x *Exporter) run(c Collector, s *index.Snapshot, now time.Time) (metrics []prometheus.Metric, err error) {
+func (x *Exporter) run(c Collector, s *index.Snapshot, now time.Time) (e *emitter, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			metrics, err = nil, panicError{value: r, stack: debug.Stack()}
+			e, err = nil, panicError{value: r, stack: debug.Stack()}
 		}
 	}()
-	e := &emitter{shard: x.shard}
+	e = &emitter{shard: x.shard}
 	if err := c.Update(s, now, e); err != nil {
 		return nil, err
 	}
-	return e.metrics, nil
+	return e, nil
 }
 
 // panicError is a collector's panic, with the stack where it happened.

@@ -182,7 +182,7 @@ func TestUniqueGauge(t *testing.T) {
 	e.uniqueGauge(b, 1, "1", "2") // another family
 	e.gauge(a, 1, "3", "4")
 	var got []string
-	for _, m := range e.metrics {
+	for _, m := range e.constMetrics() {
 		var pb dto.Metric
 		if err := m.Write(&pb); err != nil {
 			t.Fatal(err)

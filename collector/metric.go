@@ -6,6 +6,7 @@ package collector
 import (
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -34,6 +35,9 @@ type Def struct {
 	Live bool
 
 	desc *prometheus.Desc
+	// order is the positions of Labels sorted by name (labelOrder).
+	orderOnce sync.Once
+	order     []int
 	// namespaceLabel is the position of the namespace label, -1 for a
 	// cluster-scoped family: it decides which shard emits a series.
 	namespaceLabel int
@@ -75,10 +79,13 @@ func (d *Def) Desc() *prometheus.Desc { return d.desc }
 // series comes from the shard that owns the namespace, any other from shard 0.
 func (d *Def) Namespaced() bool { return d.namespaceLabel >= 0 }
 
-// emitter collects the const metrics of one collector's run, dropping a
-// repeated label set of a family (which would make the whole scrape fail)
-// when asked to check. The exporter sends them only when the run succeeds.
+// emitter collects the series of one collector's run, dropping a repeated
+// label set of a family (which would make the whole scrape fail) when asked
+// to check. The exporter sends them only when the run succeeds. Gauges are
+// kept as samples (the label values slice is kept: pass one per series);
+// other metrics, the node agent's counters, as const metrics.
 type emitter struct {
+	samples []sample
 	metrics []prometheus.Metric
 	seen    map[string]struct{}
 	shard   shard.Shard
@@ -88,7 +95,16 @@ func (e *emitter) gauge(d *Def, v float64, lvs ...string) {
 	if !e.owns(d, lvs) {
 		return
 	}
-	e.metrics = append(e.metrics, prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, v, lvs...))
+	e.samples = append(e.samples, sample{def: d, v: v, lvs: lvs})
+}
+
+// constMetrics returns every series as client_golang const metrics.
+func (e *emitter) constMetrics() []prometheus.Metric {
+	out := make([]prometheus.Metric, 0, len(e.samples)+len(e.metrics))
+	for _, s := range e.samples {
+		out = append(out, prometheus.MustNewConstMetric(s.def.desc, prometheus.GaugeValue, s.v, s.lvs...))
+	}
+	return append(out, e.metrics...)
 }
 
 // uniqueGauge emits a gauge unless the family already has this label set.

@@ -145,7 +145,7 @@ func (n *Node) Collect(ch chan<- prometheus.Metric) {
 	v, steps := n.g.Gather(ctx)
 	e := &emitter{}
 	defer func() {
-		for _, m := range e.metrics {
+		for _, m := range e.constMetrics() {
 			ch <- m
 		}
 	}()

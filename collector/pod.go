@@ -59,7 +59,6 @@ func (c *podCollector) Defs() []*Def {
 }
 
 func (c *podCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
-	lvs := make([]string, 0, 3+len(c.labelKeys))
 	for _, p := range s.Pods {
 		lane := s.PodLane(p)
 		if lane == "" || p.Terminal() {
@@ -68,7 +67,8 @@ func (c *podCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error 
 		ns, name, uid := p.Key.Namespace, p.Key.Name, string(p.UID)
 		e.gauge(podInfo, 1, ns, name, uid, p.Obj.Spec.NodeName, lane)
 		if c.labels != nil {
-			lvs = append(lvs[:0], ns, name, uid)
+			// A slice of its own per series: the emitter keeps it.
+			lvs := append(make([]string, 0, 3+len(c.labelKeys)), ns, name, uid)
 			for _, k := range c.labelKeys {
 				lvs = append(lvs, p.Obj.Labels[k])
 			}

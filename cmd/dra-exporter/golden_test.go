@@ -3,12 +3,14 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -70,6 +72,13 @@ func TestGolden(t *testing.T) {
 			}
 
 			exp := scenarioExporter(t, dir)
+			// The /metrics fast path writes the same bytes, in both formats.
+			if fast := fastText(exp, false); !bytes.Equal(fast, want) {
+				t.Errorf("the fast text path differs from %s:\n%s", goldenPath, firstDiff(fast, want))
+			}
+			if fast, slow := fastText(exp, true), gatheredOpenMetrics(t, exp); !bytes.Equal(fast, slow) {
+				t.Errorf("the fast OpenMetrics path differs from expfmt's:\n%s", firstDiff(fast, slow))
+			}
 			if err := testutil.CollectAndCompare(exp, bytes.NewReader(want)); err != nil {
 				t.Errorf("CollectAndCompare: %v", err)
 			}
@@ -82,6 +91,52 @@ func TestGolden(t *testing.T) {
 			}
 		})
 	}
+}
+
+// fastText is what /metrics writes for the exporter's families.
+func fastText(exp *collector.Exporter, openMetrics bool) []byte {
+	var out []byte
+	for _, f := range exp.TextFamilies(openMetrics) {
+		out = append(out, f.Text...)
+	}
+	return out
+}
+
+// gatheredOpenMetrics is client_golang's and expfmt's OpenMetrics rendering
+// of the exporter (without the final # EOF).
+func gatheredOpenMetrics(t *testing.T, exp *collector.Exporter) []byte {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(exp)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for _, mf := range mfs {
+		if _, err := expfmt.MetricFamilyToOpenMetrics(&buf, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// firstDiff shows the first line where got and want differ.
+func firstDiff(got, want []byte) string {
+	g, w := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
+	for i := 0; i < len(g) || i < len(w); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			return fmt.Sprintf("line %d:\n got  %q\n want %q", i+1, gl, wl)
+		}
+	}
+	return "(equal lines)"
 }
 
 func scenarioExporter(t *testing.T, dir string) *collector.Exporter {

@@ -138,7 +138,7 @@ func node(args []string, stderr io.Writer) int {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	return w.listenAndServe(ctx, logger, reg, "dra-exporter node", "DRA node agent: GPU telemetry joined to pods and claims", ":9878", func() string {
+	return w.listenAndServe(ctx, logger, reg, nil, "dra-exporter node", "DRA node agent: GPU telemetry joined to pods and claims", ":9878", func() string {
 		if !store.Synced() {
 			return "informers not synced: pods, resourceslices, nodes"
 		}

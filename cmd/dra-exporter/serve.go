@@ -92,9 +92,9 @@ func serve(args []string, stderr io.Writer) int {
 
 	go kube.Probe(ctx, client.Discovery().RESTClient(), self, *probeInterval, logger)
 
+	cluster := collector.NewExporter(ix, nil, true, logger, collectorList...).Shard(cfg.shard).RenderOnlyWhen(func() bool { return len(informers.Unsynced()) == 0 })
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		collector.NewExporter(ix, nil, true, logger, collectorList...).Shard(cfg.shard).RenderOnlyWhen(func() bool { return len(informers.Unsynced()) == 0 }),
 		self,
 		versioncollector.NewCollector("dra_exporter"),
 		collectors.NewGoCollector(),
@@ -109,7 +109,7 @@ func serve(args []string, stderr io.Writer) int {
 			logger.Info("informers synced")
 		}
 	}()
-	return w.listenAndServe(ctx, logger, reg, "dra-exporter", "Kubernetes Dynamic Resource Allocation exporter", ":9877", func() string {
+	return w.listenAndServe(ctx, logger, reg, cluster, "dra-exporter", "Kubernetes Dynamic Resource Allocation exporter", ":9877", func() string {
 		if unsynced := informers.Unsynced(); len(unsynced) > 0 {
 			sort.Strings(unsynced)
 			return "informers not synced: " + strings.Join(unsynced, ", ")

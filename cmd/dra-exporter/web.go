@@ -11,10 +11,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
+
+	"github.com/dra-exporter/dra-exporter/collector"
 )
 
 // webFlags are the HTTP and log flags that serve and node share.
@@ -43,18 +44,15 @@ func (w *webFlags) logger(stderr io.Writer) *slog.Logger {
 	return promslog.New(&promslog.Config{Level: w.level, Format: w.format, Writer: stderr})
 }
 
-// listenAndServe serves /metrics from reg, /healthz, /readyz (ready says
-// why it is not, "" when it is) and a landing page, until ctx ends.
-func (w *webFlags) listenAndServe(ctx context.Context, logger *slog.Logger, reg *prometheus.Registry, name, description, defaultListen string, ready func() string) int {
+// listenAndServe serves /metrics from reg (and cluster, when set: see
+// metricsHandler), /healthz, /readyz (ready says why it is not, "" when it
+// is) and a landing page, until ctx ends.
+func (w *webFlags) listenAndServe(ctx context.Context, logger *slog.Logger, reg *prometheus.Registry, cluster *collector.Exporter, name, description, defaultListen string, ready func() string) int {
 	if len(w.listen) == 0 {
 		w.listen = stringList{defaultListen}
 	}
 	mux := http.NewServeMux()
-	mux.Handle(*w.metricsPath, promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelError),
-		ErrorHandling:     promhttp.ContinueOnError,
-		EnableOpenMetrics: true,
-	})))
+	mux.Handle(*w.metricsPath, metricsHandler(reg, cluster, logger))
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(rw, "ok\n")
 	})

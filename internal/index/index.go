@@ -41,6 +41,7 @@ type Index struct {
 	mu           sync.RWMutex
 	now          func() time.Time
 	matcher      *celmatch.Matcher
+	matches      *matchCache
 	devicePlugin []string
 	shard        shard.Shard
 
@@ -77,6 +78,7 @@ func New(cfg Config) *Index {
 		shard:               cfg.Shard,
 		claimsByOwner:       map[types.UID]map[Key]struct{}{},
 		matcher:             celmatch.New(),
+		matches:             newMatchCache(),
 		classes:             map[string]*Class{},
 		sliceToPool:         map[string]PoolKey{},
 		pools:               map[PoolKey]*pool{},

@@ -1110,3 +1110,34 @@ func TestDeviceTaintRules(t *testing.T) {
 		}
 	})
 }
+
+// Selector results outlive a snapshot (the next scrape evaluates no CEL for
+// unchanged devices), follow a device's change, and do not pile up for
+// devices that went.
+func TestSelectResultsFollowDeviceChanges(t *testing.T) {
+	class := DeviceClass("all", "device.driver == 'gpu.nvidia.com'")
+	sel := CEL("device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'")
+	ix := Build(t, index.Config{}, class, Slice("node-1", "node-1", 1, GPUDevice("gpu-0", "GPU-0")))
+	if got := ix.Snapshot().Select("all", sel, index.Demand{}); len(got.Devices) != 1 {
+		t.Fatalf("before the change: %d devices, want 1", len(got.Devices))
+	}
+	for gen := int64(2); gen <= 20; gen++ {
+		other := GPUDevice("gpu-0", "GPU-0")
+		name := "NVIDIA B200"
+		if gen%2 == 1 {
+			name = "NVIDIA H100 80GB HBM3"
+		}
+		other.Attributes["productName"] = resourceapi.DeviceAttribute{StringValue: &name}
+		Upsert(t, ix, Slice("node-1", "node-1", gen, other), false)
+		want := 0
+		if gen%2 == 1 {
+			want = 1
+		}
+		if got := ix.Snapshot().Select("all", sel, index.Demand{}); len(got.Devices) != want {
+			t.Fatalf("generation %d (%s): %d devices kept, want %d", gen, name, len(got.Devices), want)
+		}
+	}
+	if n := ix.CachedMatchDevices(); n > 2 {
+		t.Errorf("selector results kept for %d device records, want at most 2 (one device)", n)
+	}
+}

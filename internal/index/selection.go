@@ -195,9 +195,16 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 			errNodes[d.Node] = true
 		}
 	}
+	selKey := selectorsKey(selectors)
 	for _, d := range s.classDevices[class] {
 		if len(selectors) > 0 {
-			match, err := s.matcher.Match(selectors, celmatch.Device{Driver: d.Key.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
+			var match bool
+			var err error
+			if s.matches != nil {
+				match, err = s.matches.match(s.matcher, selKey, selectors, d)
+			} else {
+				match, err = s.matcher.Match(selectors, celmatch.Device{Driver: d.Key.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
+			}
 			if err != nil {
 				res.Errors++
 				res.ErrorSample = append(res.ErrorSample, d.Key.String()+": "+err.Error())

@@ -33,6 +33,7 @@ type Snapshot struct {
 	devicePlugin    []string
 	shard           shard.Shard
 	matcher         *celmatch.Matcher
+	matches         *matchCache
 
 	classByName   map[string]*Class
 	deviceByKey   map[DeviceKey]*Device
@@ -103,6 +104,7 @@ func (ix *Index) Snapshot() *Snapshot {
 		devicePlugin:    ix.devicePlugin,
 		shard:           ix.shard,
 		matcher:         ix.matcher,
+		matches:         ix.matches,
 	}
 	for pk, p := range ix.pools {
 		if len(p.counters) > 0 {
@@ -117,6 +119,7 @@ func (ix *Index) Snapshot() *Snapshot {
 	}
 	ix.mu.RUnlock()
 	s.build()
+	ix.matches.retain(s.Devices)
 	return s
 }
 

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"bufio"
+	"compress/gzip"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/dra-exporter/dra-exporter/collector"
+)
+
+// metricsHandler serves reg and, when cluster is set, the cluster families.
+// Those go the fast path (collector.Exporter.TextFamilies) for the text and
+// OpenMetrics formats, which every Prometheus negotiates; another format
+// (protobuf) goes through client_golang with everything registered.
+func metricsHandler(reg *prometheus.Registry, cluster *collector.Exporter, logger *slog.Logger) http.Handler {
+	opts := promhttp.HandlerOpts{
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelError),
+		ErrorHandling:     promhttp.ContinueOnError,
+		EnableOpenMetrics: true,
+	}
+	if cluster == nil {
+		return promhttp.InstrumentMetricHandler(reg, promhttp.HandlerFor(reg, opts))
+	}
+	clusterReg := prometheus.NewRegistry()
+	clusterReg.MustRegister(cluster)
+	slow := promhttp.HandlerFor(prometheus.Gatherers{reg, clusterReg}, opts)
+	fast := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		format := expfmt.NegotiateIncludingOpenMetrics(r.Header)
+		openMetrics := format.FormatType() == expfmt.TypeOpenMetrics
+		if !openMetrics && format.FormatType() != expfmt.TypeTextPlain {
+			slow.ServeHTTP(rw, r)
+			return
+		}
+		self, err := reg.Gather()
+		if err != nil {
+			logger.Error("gathering the exporter's own metrics; serving what was gathered", "err", err)
+		}
+		families := cluster.TextFamilies(openMetrics)
+
+		rw.Header().Set("Content-Type", string(format))
+		var out io.Writer = rw
+		if acceptsGzip(r) {
+			rw.Header().Set("Content-Encoding", "gzip")
+			gz, _ := gzip.NewWriterLevel(rw, gzip.BestSpeed)
+			defer gz.Close()
+			out = gz
+		}
+		w := bufio.NewWriterSize(out, 64<<10)
+		defer w.Flush()
+		if err := writeFamilies(w, self, families, openMetrics); err != nil {
+			logger.Debug("writing /metrics", "err", err) // the scraper went away
+		}
+	})
+	return promhttp.InstrumentMetricHandler(reg, fast)
+}
+
+// writeFamilies writes the gathered and the pre-rendered families merged in
+// name order, as Gather sorts them, and OpenMetrics' final # EOF.
+func writeFamilies(w io.Writer, gathered []*dto.MetricFamily, rendered []collector.Family, openMetrics bool) error {
+	i, j := 0, 0
+	for i < len(gathered) || j < len(rendered) {
+		if j == len(rendered) || (i < len(gathered) && gathered[i].GetName() < rendered[j].Name) {
+			var err error
+			if openMetrics {
+				_, err = expfmt.MetricFamilyToOpenMetrics(w, gathered[i])
+			} else {
+				_, err = expfmt.MetricFamilyToText(w, gathered[i])
+			}
+			if err != nil {
+				return err
+			}
+			i++
+			continue
+		}
+		if _, err := w.Write(rendered[j].Text); err != nil {
+			return err
+		}
+		j++
+	}
+	if openMetrics {
+		_, err := expfmt.FinalizeOpenMetrics(w)
+		return err
+	}
+	return nil
+}
+
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		if enc, _, _ := strings.Cut(strings.TrimSpace(part), ";"); enc == "gzip" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,214 @@
+package collector
+
+// The scrape's fast path: the cluster families written straight to text
+// from the collectors' samples, without building client_golang const
+// metrics and protobuf families only to sort and encode them again. The
+// output is byte for byte what client_golang's Gather and expfmt's encoders
+// write for the same samples (text 0.0.4 and OpenMetrics 1.0): families by
+// name, a family's series by their label values in label-name order, a
+// repeated label set dropped after its first series. TestTextMatchesGather
+// holds the two paths equal.
+
+import (
+	"bytes"
+	"cmp"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// sample is one series of a gauge family, as a collector emitted it.
+type sample struct {
+	def *Def
+	v   float64
+	lvs []string
+}
+
+// Family is one family's exposition: its HELP and TYPE lines and series.
+type Family struct {
+	Name string
+	Text []byte
+}
+
+// TextFamilies runs the collectors over one snapshot, as Collect does, and
+// returns each family with series as text exposition, sorted by name;
+// openMetrics selects the OpenMetrics 1.0 syntax (without the final # EOF,
+// which ends the whole response).
+func (x *Exporter) TextFamilies(openMetrics bool) []Family {
+	var runs [][]sample
+	count := map[*Def]int{}
+	x.each(func(samples []sample) {
+		runs = append(runs, samples)
+		for _, s := range samples {
+			count[s.def]++
+		}
+	})
+	byDef := make(map[*Def][]sample, len(count))
+	for d, n := range count {
+		byDef[d] = make([]sample, 0, n)
+	}
+	for _, samples := range runs {
+		for _, s := range samples {
+			byDef[s.def] = append(byDef[s.def], s)
+		}
+	}
+	out := make([]Family, 0, len(byDef))
+	for d, samples := range byDef {
+		out = append(out, Family{Name: d.Name, Text: d.appendText(nil, samples, openMetrics)})
+	}
+	slices.SortFunc(out, func(a, b Family) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// each runs every collector over one snapshot and hands the samples of
+// each that succeeded (with the timing series) to emit.
+func (x *Exporter) each(emit func([]sample)) {
+	if x.complete != nil && !x.complete() {
+		return
+	}
+	s := x.src.Snapshot()
+	now := x.now()
+	for _, c := range x.collectors {
+		if !x.shardRuns(c) {
+			continue
+		}
+		start := time.Now()
+		e, err := x.run(c, s, now)
+		if err != nil {
+			x.logFailure(c, err)
+		} else {
+			emit(e.samples)
+		}
+		if x.timing {
+			emit([]sample{
+				{def: scrapeDuration, v: time.Since(start).Seconds(), lvs: []string{c.Name()}},
+				{def: scrapeSuccess, v: boolFloat(err == nil), lvs: []string{c.Name()}},
+			})
+		}
+	}
+}
+
+// labelOrder returns the positions of the family's labels sorted by name:
+// the order client_golang writes and sorts label pairs in.
+func (d *Def) labelOrder() []int {
+	d.orderOnce.Do(func() {
+		d.order = make([]int, len(d.Labels))
+		for i := range d.order {
+			d.order[i] = i
+		}
+		slices.SortStableFunc(d.order, func(a, b int) int { return strings.Compare(d.Labels[a], d.Labels[b]) })
+	})
+	return d.order
+}
+
+func (d *Def) appendText(buf []byte, samples []sample, openMetrics bool) []byte {
+	order := d.labelOrder()
+	slices.SortStableFunc(samples, func(a, b sample) int {
+		for _, i := range order {
+			if c := cmp.Compare(a.lvs[i], b.lvs[i]); c != 0 {
+				return c
+			}
+		}
+		return 0
+	})
+	if buf == nil {
+		// The first series' length, times the series, and some room.
+		buf = make([]byte, 0, 128+len(d.Help)+len(samples)*(lineLength(d, samples[0])+8))
+	}
+	buf = append(buf, "# HELP "...)
+	buf = append(buf, d.Name...)
+	buf = append(buf, ' ')
+	buf = appendEscaped(buf, d.Help, openMetrics)
+	buf = append(buf, "\n# TYPE "...)
+	buf = append(buf, d.Name...)
+	buf = append(buf, ' ')
+	buf = append(buf, d.Type...)
+	buf = append(buf, '\n')
+	for i, s := range samples {
+		if i > 0 && slices.Equal(s.lvs, samples[i-1].lvs) {
+			continue // a repeated label set: Gather keeps the first
+		}
+		buf = append(buf, d.Name...)
+		for j, li := range order {
+			if j == 0 {
+				buf = append(buf, '{')
+			} else {
+				buf = append(buf, ',')
+			}
+			buf = append(buf, d.Labels[li]...)
+			buf = append(buf, '=', '"')
+			buf = appendEscaped(buf, s.lvs[li], true)
+			buf = append(buf, '"')
+		}
+		if len(order) > 0 {
+			buf = append(buf, '}')
+		}
+		buf = append(buf, ' ')
+		buf = appendFloat(buf, s.v, openMetrics)
+		buf = append(buf, '\n')
+	}
+	return buf
+}
+
+// lineLength estimates the length of a series' line.
+func lineLength(d *Def, s sample) int {
+	n := len(d.Name) + 24
+	for i, l := range d.Labels {
+		n += len(l) + len(s.lvs[i]) + 4
+	}
+	return n
+}
+
+// appendEscaped escapes backslashes and newlines, and double quotes when
+// quote is set, as expfmt does.
+func appendEscaped(buf []byte, s string, quote bool) []byte {
+	clean := true
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '\\' || c == '\n' || c == '"' {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return append(buf, s...)
+	}
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			buf = append(buf, '\\', '\\')
+		case c == '\n':
+			buf = append(buf, '\\', 'n')
+		case c == '"' && quote:
+			buf = append(buf, '\\', '"')
+		default:
+			buf = append(buf, c)
+		}
+	}
+	return buf
+}
+
+// appendFloat formats a value as expfmt does: OpenMetrics marks integral
+// values with ".0".
+func appendFloat(buf []byte, f float64, openMetrics bool) []byte {
+	switch {
+	case math.IsNaN(f):
+		return append(buf, "NaN"...)
+	case math.IsInf(f, +1):
+		return append(buf, "+Inf"...)
+	case math.IsInf(f, -1):
+		return append(buf, "-Inf"...)
+	case f == 0: // negative zero too
+		if openMetrics {
+			return append(buf, "0.0"...)
+		}
+		return append(buf, '0')
+	}
+	start := len(buf)
+	buf = strconv.AppendFloat(buf, f, 'g', -1, 64)
+	if openMetrics && !bytes.ContainsAny(buf[start:], "e.") {
+		buf = append(buf, '.', '0')
+	}
+	return buf
+}

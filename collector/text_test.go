@@ -1,0 +1,79 @@
+package collector
+
+import (
+	"bytes"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
+
+// oddCollector emits what expfmt escapes, sorts or formats specially:
+// quotes, backslashes and newlines in label values and help, labels not in
+// name order, a repeated label set, NaN, infinities, negative zero, big and
+// small numbers.
+type oddCollector struct{ a, b *Def }
+
+func (oddCollector) Name() string   { return "odd" }
+func (c oddCollector) Defs() []*Def { return []*Def{c.a, c.b} }
+func (c oddCollector) Update(_ *index.Snapshot, _ time.Time, e *emitter) error {
+	e.gauge(c.a, 1, "z", `say "hi"`, "x")
+	e.gauge(c.a, 2, "a", `back\slash`, "x")
+	e.gauge(c.a, 3, "a", "new\nline", "")
+	e.gauge(c.a, 4, "z", `say "hi"`, "x") // repeated: Gather keeps the first
+	e.gauge(c.a, math.NaN(), "m", "", "nan")
+	e.gauge(c.a, math.Inf(1), "m", "", "inf")
+	e.gauge(c.a, math.Inf(-1), "m", "", "-inf")
+	e.gauge(c.a, math.Copysign(0, -1), "m", "", "-0")
+	e.gauge(c.a, 1.5e300, "m", "", "big")
+	e.gauge(c.a, 123456789, "m", "", "int")
+	e.gauge(c.a, -1, "m", "", "-1")
+	e.gauge(c.a, 1e-7, "m", "", "small")
+	e.gauge(c.b, 0.25)
+	return nil
+}
+
+// TestTextMatchesGather holds the fast path to client_golang's Gather and
+// expfmt's encoders byte for byte, in the text format and in OpenMetrics.
+func TestTextMatchesGather(t *testing.T) {
+	odd := oddCollector{
+		a: newDef("dra_test_odd", typeGauge, "Help with \\ a backslash, \"quotes\"\nand a newline.", "zone", "app", "b_label"),
+		b: newDef("dra_test_alone", typeGauge, "No labels."),
+	}
+	x := NewExporter(index.New(index.Config{}), nil, true, nil, odd, newFake("ok"))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(x)
+	mfs, err := reg.Gather()
+	if err == nil {
+		t.Fatal("Gather accepted the repeated label set; the test no longer covers it")
+	}
+	for _, openMetrics := range []bool{false, true} {
+		var want bytes.Buffer
+		for _, mf := range mfs {
+			if mf.GetName() == scrapeDuration.Name {
+				continue // its value differs between the two runs
+			}
+			if openMetrics {
+				_, err = expfmt.MetricFamilyToOpenMetrics(&want, mf)
+			} else {
+				_, err = expfmt.MetricFamilyToText(&want, mf)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got []byte
+		for _, f := range x.TextFamilies(openMetrics) {
+			if f.Name != scrapeDuration.Name {
+				got = append(got, f.Text...)
+			}
+		}
+		if !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("openMetrics=%v: fast path\n%s\nGather and expfmt\n%s", openMetrics, got, want.Bytes())
+		}
+	}
+}

@@ -1,0 +1,9 @@
+package index
+
+// CachedMatchDevices returns how many device records have selector results
+// kept across snapshots.
+func (ix *Index) CachedMatchDevices() int {
+	ix.matches.mu.Lock()
+	defer ix.matches.mu.Unlock()
+	return len(ix.matches.m)
+}
