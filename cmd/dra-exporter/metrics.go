@@ -33,7 +33,7 @@ func metricsHandler(reg *prometheus.Registry, cluster *collector.Exporter, logge
 	clusterReg.MustRegister(cluster)
 	slow := promhttp.HandlerFor(prometheus.Gatherers{reg, clusterReg}, opts)
 	fast := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		format := expfmt.NegotiateIncludingOpenMetrics(r.Header)
+		format := expfmt.NegotiateAccept(r.Header, expfmt.DefaultOpenMetricsAcceptedFormats()...)
 		openMetrics := format.FormatType() == expfmt.TypeOpenMetrics
 		if !openMetrics && format.FormatType() != expfmt.TypeTextPlain {
 			slow.ServeHTTP(rw, r)
