@@ -246,24 +246,27 @@ func agreeWithRulesJoin(t *testing.T, prom *cluster.Prometheus, ns string, at ti
 		}
 	}
 	// llm-prepare's claim is allocated and reserved, but its kubelet failed
-	// to prepare it: an agent reads it as a holder only when its kubelet
-	// reports no DRA claims at all (the node holds nothing else the kubelet
-	// prepared), which it cannot tell from the feature gate being off, and so
-	// falls back to the claim allocations, as documented.
-	fallback, err := prom.QueryAt(ctx, `dra_node_podresources_dynamic_resources == 0`, at)
+	// to prepare it: an agent reads it as a holder only where it does not
+	// read the kubelet's DRA claims (dra_node_podresources_dynamic_resources
+	// is 0, or absent while the agent cannot tell, e.g. before a pod of the
+	// node runs) and so falls back to the claim allocations, as documented.
+	// Where it is 1 the dra lane is what the kubelet prepared, and
+	// llm-prepare must not be in it.
+	kubelet, err := prom.QueryAt(ctx, `dra_node_podresources_dynamic_resources == 1`, at)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromAPI := map[string]bool{}
-	for _, s := range fallback {
-		fromAPI[s.Labels["instance"]] = true
+	fromKubelet := map[string]bool{}
+	for _, s := range kubelet {
+		fromKubelet[s.Labels["instance"]] = true
 	}
 	for _, s := range holders {
 		if s.Labels["pod"] == "llm-prepare" {
-			if !fromAPI[s.Labels["instance"]] {
-				t.Errorf("node %s: the agent reads llm-prepare (preparation failed) as a holder while its kubelet reports DRA claims", s.Labels["node"])
+			if fromKubelet[s.Labels["instance"]] {
+				t.Errorf("node %s: the agent reads llm-prepare (preparation failed) as a holder while it reads the kubelet's DRA claims", s.Labels["node"])
+				continue
 			}
-			t.Logf("llm-prepare read as a holder from the claim allocations on %s (its kubelet reports no DRA claims)", s.Labels["node"])
+			t.Logf("llm-prepare read as a holder from the claim allocations on %s (the agent does not read DRA claims from its kubelet there)", s.Labels["node"])
 			continue
 		}
 		viaAgent[strings.Join([]string{s.Labels["gpu_uuid"], s.Labels["namespace"], s.Labels["pod"], s.Labels["claim"]}, " ")] = true
