@@ -16,6 +16,10 @@ import (
 	"github.com/dra-exporter/dra-exporter/collector"
 )
 
+// acceptedFormats are what /metrics offers, in client_golang's order of
+// preference (the call returns a fresh copy: taken once, not per scrape).
+var acceptedFormats = expfmt.DefaultOpenMetricsAcceptedFormats()
+
 // metricsHandler serves reg and, when cluster is set, the cluster families.
 // Those go the fast path (collector.Exporter.TextFamilies) for the text and
 // OpenMetrics formats, which every Prometheus negotiates; another format
@@ -33,7 +37,7 @@ func metricsHandler(reg *prometheus.Registry, cluster *collector.Exporter, logge
 	clusterReg.MustRegister(cluster)
 	slow := promhttp.HandlerFor(prometheus.Gatherers{reg, clusterReg}, opts)
 	fast := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		format := expfmt.NegotiateAccept(r.Header, expfmt.DefaultOpenMetricsAcceptedFormats()...)
+		format := expfmt.NegotiateAccept(r.Header, acceptedFormats...)
 		openMetrics := format.FormatType() == expfmt.TypeOpenMetrics
 		if !openMetrics && format.FormatType() != expfmt.TypeTextPlain {
 			slow.ServeHTTP(rw, r)
