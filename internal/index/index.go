@@ -64,6 +64,14 @@ type Index struct {
 	unreservedSince map[types.UID]time.Time
 
 	latency *latencyTracker
+
+	// gen counts the changes Upsert and Delete made; a snapshot taken at
+	// the same gen is the same view, so the last one is handed out again
+	// (snapMu serialises taking one).
+	gen     uint64
+	snapMu  sync.Mutex
+	snap    *Snapshot
+	snapGen uint64
 }
 
 // New returns an empty index.
@@ -101,6 +109,7 @@ func New(cfg Config) *Index {
 func (ix *Index) Upsert(obj any, live bool) error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.gen++
 	now := ix.now()
 	switch o := obj.(type) {
 	case *resourceapi.DeviceClass:
@@ -132,6 +141,7 @@ func (ix *Index) Delete(obj any) error {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.gen++
 	now := ix.now()
 	switch o := obj.(type) {
 	case *resourceapi.DeviceClass:

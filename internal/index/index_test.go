@@ -1141,3 +1141,26 @@ func TestSelectResultsFollowDeviceChanges(t *testing.T) {
 		t.Errorf("selector results kept for %d device records, want at most 2 (one device)", n)
 	}
 }
+
+// While nothing changes the index hands out the same snapshot; an upsert
+// or a delete, even of an object it ignores, makes a new one that shows it.
+func TestSnapshotReusedUntilAChange(t *testing.T) {
+	ix := Build(t, index.Config{}, GPUClass(), Node("node-1", 0))
+	a, b := ix.Snapshot(), ix.Snapshot()
+	if a != b {
+		t.Fatal("two snapshots of an unchanged index differ")
+	}
+	if err := ix.Upsert(Node("node-2", 0), true); err != nil {
+		t.Fatal(err)
+	}
+	c := ix.Snapshot()
+	if c == b || len(c.Nodes) != 2 || len(b.Nodes) != 1 {
+		t.Fatalf("after an upsert: same snapshot %v, nodes %d (old one %d)", c == b, len(c.Nodes), len(b.Nodes))
+	}
+	if err := ix.Delete(Node("node-2", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if d := ix.Snapshot(); d == c || len(d.Nodes) != 1 {
+		t.Fatalf("after a delete: same snapshot %v, nodes %d", d == c, len(d.Nodes))
+	}
+}

@@ -88,9 +88,18 @@ func (u *deviceUsage) add(c *Claim, r Result) {
 }
 
 // Snapshot returns a consistent view. It holds the index lock only while it
-// copies pointers; the joins are built afterwards.
+// copies pointers; the joins are built afterwards. While nothing changed
+// since the last one (no Upsert or Delete), it returns that one: a snapshot
+// is read-only, and collectors may key what they rendered on its pointer.
 func (ix *Index) Snapshot() *Snapshot {
+	ix.snapMu.Lock()
+	defer ix.snapMu.Unlock()
 	ix.mu.RLock()
+	if ix.snap != nil && ix.snapGen == ix.gen {
+		ix.mu.RUnlock()
+		return ix.snap
+	}
+	gen := ix.gen
 	s := &Snapshot{
 		Classes:         slices.Collect(maps.Values(ix.classes)),
 		Devices:         slices.Collect(maps.Values(ix.devices)),
@@ -120,6 +129,7 @@ func (ix *Index) Snapshot() *Snapshot {
 	ix.mu.RUnlock()
 	s.build()
 	ix.matches.retain(s.Devices)
+	ix.snap, ix.snapGen = s, gen
 	return s
 }
 
