@@ -50,6 +50,8 @@ type Exporter struct {
 	complete func() bool
 	// shard limits the series to this exporter's part of the cluster.
 	shard shard.Shard
+	// text keeps the last scrape's rendered families (see textCache).
+	text textCache
 }
 
 // Shard makes the exporter emit only its shard's series: those whose
@@ -101,7 +103,7 @@ func (x *Exporter) Describe(ch chan<- *prometheus.Desc) {
 // cluster (the blocked pods it did not reach would look unblocked). The
 // other collectors still emit.
 func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
-	x.each(func(samples []sample) {
+	x.each(nil, func(_ int, samples []sample) {
 		for _, s := range samples {
 			ch <- prometheus.MustNewConstMetric(s.def.desc, prometheus.GaugeValue, s.v, s.lvs...)
 		}

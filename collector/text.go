@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
 // sample is one series of a gauge family, as a collector emitted it.
@@ -35,54 +37,102 @@ type Family struct {
 // TextFamilies runs the collectors over one snapshot, as Collect does, and
 // returns each family with series as text exposition, sorted by name;
 // openMetrics selects the OpenMetrics 1.0 syntax (without the final # EOF,
-// which ends the whole response).
+// which ends the whole response). While the index hands out the same
+// snapshot, the families of pure collectors are written from the last
+// scrape's text instead of being rendered again (textCache); concurrent
+// calls take turns.
 func (x *Exporter) TextFamilies(openMetrics bool) []Family {
-	var runs [][]sample
-	count := map[*Def]int{}
-	x.each(func(samples []sample) {
-		runs = append(runs, samples)
-		for _, s := range samples {
-			count[s.def]++
+	c := &x.text
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	type run struct {
+		i       int // the collector; -1 for the timing series
+		samples []sample
+	}
+	var runs []run
+	var reused []int
+	x.each(func(i int, s *index.Snapshot) bool {
+		c.reset(x, s, openMetrics)
+		if c.done[i] {
+			reused = append(reused, i)
+			return true
 		}
+		return false
+	}, func(i int, samples []sample) {
+		runs = append(runs, run{i, samples})
 	})
+	count := map[*Def]int{}
+	fresh := map[*Def]bool{} // families with a series from a run that is not kept
+	for _, r := range runs {
+		kept := r.i >= 0 && c.done != nil && c.cacheable(x, r.i) && c.keep(x, r.i, r.samples)
+		for _, s := range r.samples {
+			count[s.def]++
+			if !kept {
+				fresh[s.def] = true
+			}
+		}
+	}
 	byDef := make(map[*Def][]sample, len(count))
 	for d, n := range count {
 		byDef[d] = make([]sample, 0, n)
 	}
-	for _, samples := range runs {
-		for _, s := range samples {
+	for _, r := range runs {
+		for _, s := range r.samples {
 			byDef[s.def] = append(byDef[s.def], s)
 		}
 	}
 	out := make([]Family, 0, len(byDef))
+	for _, i := range reused {
+		for _, d := range x.collectors[i].Defs() {
+			if t, ok := c.text[d]; ok {
+				out = append(out, Family{Name: d.Name, Text: t})
+			}
+		}
+	}
 	for d, samples := range byDef {
-		out = append(out, Family{Name: d.Name, Text: d.appendText(nil, samples, openMetrics)})
+		text := d.appendText(nil, samples, openMetrics)
+		if fresh[d] {
+			// Another collector wrote into the family: its owner must
+			// run again next time.
+			if o, ok := c.owner[d]; ok {
+				delete(c.done, o)
+			}
+		} else if c.text != nil {
+			c.store(d, text)
+		}
+		out = append(out, Family{Name: d.Name, Text: text})
 	}
 	slices.SortFunc(out, func(a, b Family) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
 // each runs every collector over one snapshot and hands the samples of
-// each that succeeded (with the timing series) to emit.
-func (x *Exporter) each(emit func([]sample)) {
+// each that succeeded, and the timing series (collector -1), to emit.
+// skip, when set, is asked first whether collector i's series for the
+// snapshot are already at hand; a skipped collector reports only timing.
+func (x *Exporter) each(skip func(i int, s *index.Snapshot) bool, emit func(i int, samples []sample)) {
 	if x.complete != nil && !x.complete() {
 		return
 	}
 	s := x.src.Snapshot()
 	now := x.now()
-	for _, c := range x.collectors {
+	for i, c := range x.collectors {
 		if !x.shardRuns(c) {
 			continue
 		}
 		start := time.Now()
-		e, err := x.run(c, s, now)
-		if err != nil {
-			x.logFailure(c, err)
-		} else {
-			emit(e.samples)
+		var err error
+		if skip == nil || !skip(i, s) {
+			var e *emitter
+			e, err = x.run(c, s, now)
+			if err != nil {
+				x.logFailure(c, err)
+			} else {
+				emit(i, e.samples)
+			}
 		}
 		if x.timing {
-			emit([]sample{
+			emit(-1, []sample{
 				{def: scrapeDuration, v: time.Since(start).Seconds(), lvs: []string{c.Name()}},
 				{def: scrapeSuccess, v: boolFloat(err == nil), lvs: []string{c.Name()}},
 			})

@@ -1,0 +1,116 @@
+package collector
+
+import (
+	"bytes"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/testobj"
+)
+
+// countingCollector is pure, like the built-in collectors but the leak
+// one, and counts its runs; it emits one series per node in the snapshot.
+type countingCollector struct {
+	name string
+	def  *Def
+	runs *atomic.Int32
+}
+
+func (c countingCollector) Name() string { return c.name }
+func (c countingCollector) Defs() []*Def { return []*Def{c.def} }
+func (countingCollector) snapshotPure()  {}
+func (c countingCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+	c.runs.Add(1)
+	for _, n := range s.Nodes {
+		e.gauge(c.def, 1, n.Name)
+	}
+	return nil
+}
+
+func text(x *Exporter, openMetrics bool) []byte {
+	var out []byte
+	for _, f := range x.TextFamilies(openMetrics) {
+		if f.Name != scrapeDuration.Name {
+			out = append(out, f.Text...)
+		}
+	}
+	return out
+}
+
+// An unchanged index is written from the last scrape's text without
+// running the pure collectors again; a change, or the other format, renders
+// again; an impure collector (fakeCollector) runs on every scrape; and a
+// family two collectors write into is never kept.
+func TestTextFamiliesReuseFollowsTheIndex(t *testing.T) {
+	ix := testobj.Build(t, index.Config{}, testobj.Node("node-a", 0))
+	var pure, shared atomic.Int32
+	sharedDef := newDef("dra_test_shared", typeGauge, "Written by two collectors.", "node")
+	x := NewExporter(ix, nil, true, nil,
+		countingCollector{"pure", newDef("dra_test_pure", typeGauge, "A pure family.", "node"), &pure},
+		countingCollector{"shared1", sharedDef, &shared},
+		countingCollector{"shared2", sharedDef, &shared},
+		newFake("impure"))
+
+	first := text(x, false)
+	second := text(x, false)
+	if !bytes.Equal(first, second) {
+		t.Fatalf("an unchanged index scraped twice differs:\n%s\n---\n%s", first, second)
+	}
+	if got := pure.Load(); got != 1 {
+		t.Errorf("pure collector ran %d times over one snapshot, want 1", got)
+	}
+	if got := shared.Load(); got != 4 {
+		t.Errorf("collectors sharing a family ran %d times in two scrapes, want 4", got)
+	}
+	if !bytes.Contains(second, []byte(`dra_test_pure{node="node-a"} 1`)) || !bytes.Contains(second, []byte(`dra_exporter_scrape_collector_success{collector="pure"} 1`)) {
+		t.Errorf("a reused scrape lost the pure family or its success series:\n%s", second)
+	}
+
+	om := text(x, true)
+	if pure.Load() != 2 || !bytes.Contains(om, []byte(`dra_test_pure{node="node-a"} 1.0`)) {
+		t.Errorf("the other format was not rendered again (runs %d):\n%s", pure.Load(), om)
+	}
+
+	if err := ix.Upsert(testobj.Node("node-b", 0), true); err != nil {
+		t.Fatal(err)
+	}
+	after := text(x, true)
+	if pure.Load() != 3 || !bytes.Contains(after, []byte(`dra_test_pure{node="node-b"} 1.0`)) {
+		t.Errorf("a change in the index did not render again (runs %d):\n%s", pure.Load(), after)
+	}
+	fresh := NewExporter(ix, nil, true, nil,
+		countingCollector{"pure", newDef("dra_test_pure", typeGauge, "A pure family.", "node"), new(atomic.Int32)},
+		countingCollector{"shared1", sharedDef, new(atomic.Int32)},
+		countingCollector{"shared2", sharedDef, new(atomic.Int32)},
+		newFake("impure"))
+	if want := text(fresh, true); !bytes.Equal(after, want) {
+		t.Errorf("after a change the kept exporter writes\n%s\na fresh one\n%s", after, want)
+	}
+}
+
+// The built-in collectors scraped twice over an unchanged index write the
+// same bytes as the first scrape and as a fresh exporter.
+func TestTextFamiliesReuseBuiltins(t *testing.T) {
+	objs := []any{testobj.GPUClass(), testobj.Node("node-1", 0)}
+	for i := range 3 {
+		p := testobj.Pod(fmt.Sprintf("p-%d", i), fmt.Sprintf("uid-p-%d", i))
+		objs = append(objs, p)
+	}
+	ix := testobj.Build(t, index.Config{}, objs...)
+	builtins := func() []Collector {
+		return []Collector{NewClaimCollector(), NewBlockedCollector(), NewDeviceCollector(DefaultAttributeLabels),
+			NewDeviceClassCollector(), NewLaneCollector(), NewPodCollector(nil), NewConflictCollector(), NewHeldCollector(), NewLeakCollector(time.Minute)}
+	}
+	x := NewExporter(ix, nil, false, nil, builtins()...)
+	a, b := text(x, false), text(x, false)
+	want := text(NewExporter(ix, nil, false, nil, builtins()...), false)
+	if !bytes.Equal(a, b) || !bytes.Equal(b, want) {
+		t.Errorf("reused scrape differs: first %d bytes, second %d, fresh %d", len(a), len(b), len(want))
+	}
+	if len(x.text.done) == 0 {
+		t.Error("no built-in collector's families were kept")
+	}
+}
