@@ -51,9 +51,11 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	}
 	var runs []run
 	var reused []int
-	x.each(func(i int, s *index.Snapshot) bool {
+	var now time.Time
+	x.each(func(i int, s *index.Snapshot, t time.Time) bool {
 		c.reset(x, s, openMetrics)
-		if c.done[i] {
+		now = t
+		if c.reusable(i, t) {
 			reused = append(reused, i)
 			return true
 		}
@@ -64,7 +66,7 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	count := map[*Def]int{}
 	fresh := map[*Def]bool{} // families with a series from a run that is not kept
 	for _, r := range runs {
-		kept := r.i >= 0 && c.done != nil && c.cacheable(x, r.i) && c.keep(x, r.i, r.samples)
+		kept := r.i >= 0 && c.done != nil && c.cacheable(x, r.i) && c.keep(x, r.i, r.samples, now)
 		for _, s := range r.samples {
 			count[s.def]++
 			if !kept {
@@ -109,8 +111,8 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 // each runs every collector over one snapshot and hands the samples of
 // each that succeeded, and the timing series (collector -1), to emit.
 // skip, when set, is asked first whether collector i's series for the
-// snapshot are already at hand; a skipped collector reports only timing.
-func (x *Exporter) each(skip func(i int, s *index.Snapshot) bool, emit func(i int, samples []sample)) {
+// snapshot at now are already at hand; a skipped collector reports only timing.
+func (x *Exporter) each(skip func(i int, s *index.Snapshot, now time.Time) bool, emit func(i int, samples []sample)) {
 	if x.complete != nil && !x.complete() {
 		return
 	}
@@ -122,7 +124,7 @@ func (x *Exporter) each(skip func(i int, s *index.Snapshot) bool, emit func(i in
 		}
 		start := time.Now()
 		var err error
-		if skip == nil || !skip(i, s) {
+		if skip == nil || !skip(i, s, now) {
 			var e *emitter
 			e, err = x.run(c, s, now)
 			if err != nil {

@@ -114,3 +114,32 @@ func TestTextFamiliesReuseBuiltins(t *testing.T) {
 		t.Error("no built-in collector's families were kept")
 	}
 }
+
+// The leak collector's kept families hold until an allocated, unreserved
+// claim passes its grace period, and not past it.
+func TestTextFamiliesLeakKeptUntilGraceEnds(t *testing.T) {
+	t0 := testobj.T0
+	cfg := index.Config{Now: func() time.Time { return t0 }}
+	c := testobj.Allocated(testobj.Claim("idle", "uid-idle", testobj.Request("gpu", testobj.GPUClassName)), "node-1", t0,
+		testobj.Result("gpu", "node-1", "gpu-0"))
+	ix := testobj.Build(t, cfg, testobj.GPUClass(), testobj.Node("node-1", 0),
+		testobj.Slice("node-1", "node-1", 1, testobj.GPUDevice("gpu-0", "GPU-0")), c)
+	now := t0.Add(30 * time.Second)
+	x := NewExporter(ix, func() time.Time { return now }, false, nil, NewLeakCollector(time.Minute))
+	leaked := []byte(`reason="allocated_unreserved"`)
+	if out := text(x, false); bytes.Contains(out, leaked) {
+		t.Fatalf("leaked within the grace period:\n%s", out)
+	}
+	now = t0.Add(time.Minute)
+	if out := text(x, false); bytes.Contains(out, leaked) {
+		t.Fatalf("leaked at the end of the grace period:\n%s", out)
+	}
+	now = t0.Add(time.Minute + time.Second)
+	out := text(x, false)
+	if !bytes.Contains(out, leaked) {
+		t.Fatalf("past the grace period the kept families still show no leak:\n%s", out)
+	}
+	if want := text(NewExporter(ix, func() time.Time { return now }, false, nil, NewLeakCollector(time.Minute)), false); !bytes.Equal(out, want) {
+		t.Errorf("kept exporter writes\n%s\na fresh one\n%s", out, want)
+	}
+}

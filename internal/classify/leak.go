@@ -117,3 +117,24 @@ func perDevice(s *index.Snapshot, c *index.Claim, l Leak) []Leak {
 	}
 	return out
 }
+
+// LeaksChangeAt returns the first time after now at which Leaks would
+// answer differently for the same snapshot: when the earliest allocated,
+// unreserved claim still within its grace period passes it. The zero time
+// means never (only a change to the index can change the answer).
+func LeaksChangeAt(s *index.Snapshot, now time.Time, grace time.Duration) time.Time {
+	var at time.Time
+	for _, c := range s.Claims {
+		if !c.Allocated() || len(c.Obj.Status.ReservedFor) != 0 || !s.Owns(c.Key.Namespace) {
+			continue
+		}
+		end := s.UnreservedSince(c).Add(grace)
+		if now.Sub(end) > 0 {
+			continue // already leaked
+		}
+		if at.IsZero() || end.Before(at) {
+			at = end
+		}
+	}
+	return at
+}
