@@ -65,13 +65,14 @@ type Index struct {
 
 	latency *latencyTracker
 
-	// gen counts the changes Upsert and Delete made; a snapshot taken at
-	// the same gen is the same view, so the last one is handed out again
-	// (snapMu serialises taking one).
-	gen     uint64
-	snapMu  sync.Mutex
-	snap    *Snapshot
-	snapGen uint64
+	// version counts, per kind, the changes Upsert and Delete made (an
+	// update that changes nothing the index holds is not one); a snapshot
+	// taken at the same version is the same view, so the last one is
+	// handed out again (snapMu serialises taking one).
+	version     Version
+	snapMu      sync.Mutex
+	snap        *Snapshot
+	snapVersion Version
 }
 
 // New returns an empty index.
@@ -81,6 +82,7 @@ func New(cfg Config) *Index {
 		now = time.Now
 	}
 	return &Index{
+		version:             Version{index: indexIDs.Add(1)},
 		now:                 now,
 		devicePlugin:        slices.Clone(cfg.DevicePluginResources),
 		shard:               cfg.Shard,
@@ -109,25 +111,39 @@ func New(cfg Config) *Index {
 func (ix *Index) Upsert(obj any, live bool) error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.gen++
 	now := ix.now()
 	switch o := obj.(type) {
 	case *resourceapi.DeviceClass:
 		ix.upsertClass(newClass(o))
+		ix.touch(KindClass)
 	case *resourceapi.ResourceSlice:
 		ix.upsertSlice(o)
+		ix.touch(KindSlice)
 	case *resourceapi.ResourceClaim:
 		ix.upsertClaim(newClaim(o), now, live)
+		ix.touch(KindClaim)
 	case *corev1.Pod:
-		ix.upsertPod(newPod(o), now, live)
+		if ix.upsertPod(newPod(o), now, live) {
+			ix.touch(KindPod)
+		}
 	case *corev1.Node:
-		ix.nodes[o.Name] = newNode(o)
+		// Kubelets report status every few minutes; most reports change
+		// nothing the index reads.
+		if n := newNode(o); !n.same(ix.nodes[o.Name]) {
+			ix.nodes[o.Name] = n
+			ix.touch(KindNode)
+		}
 	case *corev1.Event:
-		ix.upsertEvent(newCoreEvent(o))
+		if ix.upsertEvent(newCoreEvent(o)) {
+			ix.touch(KindEvent)
+		}
 	case *eventsv1.Event:
-		ix.upsertEvent(newEventsV1Event(o))
+		if ix.upsertEvent(newEventsV1Event(o)) {
+			ix.touch(KindEvent)
+		}
 	case *resourceapi.DeviceTaintRule:
 		ix.taintRules[o.Name] = o
+		ix.touch(KindTaintRule)
 	default:
 		return fmt.Errorf("index: unsupported object type %T", obj)
 	}
@@ -141,26 +157,38 @@ func (ix *Index) Delete(obj any) error {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.gen++
 	now := ix.now()
 	switch o := obj.(type) {
 	case *resourceapi.DeviceClass:
 		delete(ix.classes, o.Name)
 		ix.rematchClass(o.Name)
+		ix.touch(KindClass)
 	case *resourceapi.ResourceSlice:
 		ix.deleteSlice(o.Name)
+		ix.touch(KindSlice)
 	case *resourceapi.ResourceClaim:
 		ix.deleteClaim(Key{o.Namespace, o.Name}, now)
+		ix.touch(KindClaim)
 	case *corev1.Pod:
-		ix.deletePod(Key{o.Namespace, o.Name}, now)
+		if ix.deletePod(Key{o.Namespace, o.Name}, now) {
+			ix.touch(KindPod)
+		}
 	case *corev1.Node:
-		delete(ix.nodes, o.Name)
+		if _, ok := ix.nodes[o.Name]; ok {
+			delete(ix.nodes, o.Name)
+			ix.touch(KindNode)
+		}
 	case *corev1.Event:
-		delete(ix.events, Key{o.Namespace, o.Name})
+		if ix.deleteEvent(Key{o.Namespace, o.Name}) {
+			ix.touch(KindEvent)
+		}
 	case *eventsv1.Event:
-		delete(ix.events, Key{o.Namespace, o.Name})
+		if ix.deleteEvent(Key{o.Namespace, o.Name}) {
+			ix.touch(KindEvent)
+		}
 	case *resourceapi.DeviceTaintRule:
 		delete(ix.taintRules, o.Name)
+		ix.touch(KindTaintRule)
 	default:
 		return fmt.Errorf("index: unsupported object type %T", obj)
 	}
@@ -262,38 +290,52 @@ func (ix *Index) deleteClaim(k Key, now time.Time) {
 	ix.latency.claimChanged(ix, old, nil, now, true)
 }
 
-func (ix *Index) upsertPod(p *Pod, now time.Time, live bool) {
+// upsertPod reports whether the index changed: a pod that takes no part
+// (no claims, no extended resources) is not held.
+func (ix *Index) upsertPod(p *Pod, now time.Time, live bool) bool {
 	old := ix.pods[p.Key]
+	replaced := false
 	if old != nil && old.UID != p.UID {
-		ix.deletePod(p.Key, now)
+		replaced = ix.deletePod(p.Key, now)
 		old = nil
 	}
 	if !p.UsesClaims() && len(p.ExtendedRequests) == 0 && p.Obj.Status.ExtendedResourceClaimStatus == nil {
 		// Pods without DRA claims or extended resources take no part.
-		if old != nil {
-			ix.deletePod(p.Key, now)
-		}
-		return
+		return ix.deletePod(p.Key, now) || replaced
 	}
 	ix.pods[p.Key] = p
 	ix.latency.podChanged(ix, old, p, now, live)
+	return true
 }
 
-func (ix *Index) deletePod(k Key, now time.Time) {
+// deletePod reports whether the pod was held.
+func (ix *Index) deletePod(k Key, now time.Time) bool {
 	old := ix.pods[k]
 	if old == nil {
-		return
+		return false
 	}
 	delete(ix.pods, k)
 	ix.latency.podChanged(ix, old, nil, now, true)
+	return true
 }
 
-func (ix *Index) upsertEvent(e *Event) {
+// upsertEvent holds the event if it is DRA evidence about a pod of the
+// shard, and reports whether the index changed.
+func (ix *Index) upsertEvent(e *Event) bool {
 	if !e.AboutPodWarning || !vocab.RelevantEvent(e.Reason, e.Message) || !ix.shard.Owns(e.Pod.Namespace) {
-		delete(ix.events, e.Key)
-		return
+		return ix.deleteEvent(e.Key)
 	}
 	ix.events[e.Key] = e
+	return true
+}
+
+// deleteEvent reports whether the event was held.
+func (ix *Index) deleteEvent(k Key) bool {
+	if _, ok := ix.events[k]; !ok {
+		return false
+	}
+	delete(ix.events, k)
+	return true
 }
 
 func (ix *Index) claimByKey(k Key) *Claim { return ix.claims[k] }

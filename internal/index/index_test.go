@@ -1164,3 +1164,43 @@ func TestSnapshotReusedUntilAChange(t *testing.T) {
 		t.Fatalf("after a delete: same snapshot %v, nodes %d", d == c, len(d.Nodes))
 	}
 }
+
+// An update that changes nothing the index holds (a kubelet's status
+// report, a pod without GPUs, an event that is no DRA evidence) keeps the
+// snapshot; a change is reported under its kind only.
+func TestVersionCountsChangesByKind(t *testing.T) {
+	plain := Pod("web", "uid-web")
+	ix := Build(t, index.Config{}, GPUClass(), Node("node-1", 0), plain)
+	a := ix.Snapshot()
+	heartbeat := Node("node-1", 0)
+	heartbeat.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(time.Unix(1e9, 0))}}
+	Upsert(t, ix, heartbeat, true)
+	Upsert(t, ix, Bound(plain, "node-1"), true)
+	Upsert(t, ix, Event("e1", plain, "Scheduled", "assigned", time.Unix(1e9, 0)), true)
+	Del(t, ix, Pod("gone", "uid-gone"))
+	if b := ix.Snapshot(); b != a {
+		t.Fatal("updates that change nothing the index holds made a new snapshot")
+	}
+
+	Upsert(t, ix, NotReadyNode("node-1"), true)
+	b := ix.Snapshot()
+	if b == a {
+		t.Fatal("a node going NotReady kept the old snapshot")
+	}
+	if b.Version().Unchanged(a.Version(), index.KindsOf(index.KindNode)) {
+		t.Error("the node kind reads as unchanged after a node changed")
+	}
+	if !b.Version().Unchanged(a.Version(), index.AllKinds&^index.KindsOf(index.KindNode)) {
+		t.Error("kinds other than node read as changed after only a node changed")
+	}
+	gpu := WithLimit(Pod("trainer", "uid-trainer"), "nvidia.com/gpu", 1)
+	Upsert(t, ix, gpu, true)
+	c := ix.Snapshot()
+	if c.Version().Unchanged(b.Version(), index.KindsOf(index.KindPod)) || !c.Version().Unchanged(b.Version(), index.KindsOf(index.KindClaim, index.KindNode)) {
+		t.Error("a GPU pod's upsert is not reported under the pod kind alone")
+	}
+	other := Build(t, index.Config{}, GPUClass(), Node("node-1", 0), plain)
+	if other.Snapshot().Version().Unchanged(a.Version(), index.AllKinds) {
+		t.Error("versions of two indexes compare equal")
+	}
+}

@@ -18,6 +18,9 @@ import (
 // Snapshot is a consistent, immutable view of the index at one moment. The
 // objects it holds must not be modified.
 type Snapshot struct {
+	// version is where the index stood when the snapshot was taken.
+	version Version
+
 	Classes []*Class // sorted by name
 	Devices []*Device
 	Claims  []*Claim
@@ -95,12 +98,12 @@ func (ix *Index) Snapshot() *Snapshot {
 	ix.snapMu.Lock()
 	defer ix.snapMu.Unlock()
 	ix.mu.RLock()
-	if ix.snap != nil && ix.snapGen == ix.gen {
+	if ix.snap != nil && ix.snapVersion == ix.version {
 		ix.mu.RUnlock()
 		return ix.snap
 	}
-	gen := ix.gen
 	s := &Snapshot{
+		version:         ix.version,
 		Classes:         slices.Collect(maps.Values(ix.classes)),
 		Devices:         slices.Collect(maps.Values(ix.devices)),
 		Claims:          slices.Collect(maps.Values(ix.claims)),
@@ -129,7 +132,7 @@ func (ix *Index) Snapshot() *Snapshot {
 	ix.mu.RUnlock()
 	s.build()
 	ix.matches.retain(s.Devices)
-	ix.snap, ix.snapGen = s, gen
+	ix.snap, ix.snapVersion = s, s.version
 	return s
 }
 

@@ -7,6 +7,7 @@
 package index
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -368,6 +369,12 @@ type Node struct {
 	// healthy devices of a device plugin), Capacity all of them.
 	Allocatable map[string]int64
 	Capacity    map[string]int64
+}
+
+// same reports whether two node records say the same (o may be nil).
+func (n *Node) same(o *Node) bool {
+	return o != nil && n.Name == o.Name && n.Unusable == o.Unusable && n.NotReady == o.NotReady &&
+		maps.Equal(n.Allocatable, o.Allocatable) && maps.Equal(n.Capacity, o.Capacity)
 }
 
 // Event is the newest Warning event of one reason about one pod.

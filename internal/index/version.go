@@ -1,0 +1,72 @@
+package index
+
+import "sync/atomic"
+
+// Kind is a kind of object the index holds. The index counts the changes
+// of each kind, and a snapshot carries the counts it was taken at, so that
+// a reader can tell which kinds changed between two snapshots (and keep
+// what it derived from the kinds that did not).
+type Kind uint8
+
+// The kinds, by the objects they come from. A device record is derived
+// from slices, classes (its class membership) and taint rules.
+const (
+	KindClass Kind = iota
+	KindSlice
+	KindClaim
+	KindPod
+	KindNode
+	KindEvent
+	KindTaintRule
+	kindCount
+)
+
+// Kinds is a set of kinds.
+type Kinds uint16
+
+// AllKinds is every kind.
+const AllKinds = Kinds(1<<kindCount - 1)
+
+// DeviceKinds are the kinds a device record is derived from.
+const DeviceKinds = Kinds(1<<KindSlice | 1<<KindClass | 1<<KindTaintRule)
+
+// KindsOf returns the set of the kinds given.
+func KindsOf(ks ...Kind) Kinds {
+	var set Kinds
+	for _, k := range ks {
+		set |= 1 << k
+	}
+	return set
+}
+
+// Version is where an index stood when a snapshot was taken: the changes
+// of each kind so far. Versions of different indexes never compare equal.
+type Version struct {
+	index uint64
+	gens  [kindCount]uint64
+}
+
+// Unchanged reports whether none of the kinds changed between since and v,
+// which must come from the same index (the zero Version matches nothing).
+func (v Version) Unchanged(since Version, ks Kinds) bool {
+	if v.index == 0 || v.index != since.index {
+		return false
+	}
+	for k := range kindCount {
+		if ks&(1<<k) != 0 && v.gens[k] != since.gens[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// indexIDs numbers the indexes of the process, from 1.
+var indexIDs atomic.Uint64
+
+// touch records a change of kind k.
+func (ix *Index) touch(k Kind) {
+	ix.version.gens[k]++
+}
+
+// Version returns where the index stood when the snapshot was taken.
+func (s *Snapshot) Version() Version { return s.version }
