@@ -38,9 +38,9 @@ type Family struct {
 // returns each family with series as text exposition, sorted by name;
 // openMetrics selects the OpenMetrics 1.0 syntax (without the final # EOF,
 // which ends the whole response). While the index hands out the same
-// snapshot, the families of pure collectors are written from the last
-// scrape's text instead of being rendered again (textCache); concurrent
-// calls take turns.
+// snapshot, or one where nothing a pure collector reads changed, its
+// families are written from the last scrape's text instead of being
+// rendered again (textCache); concurrent calls take turns.
 func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	c := &x.text
 	c.mu.Lock()
@@ -52,10 +52,11 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	var runs []run
 	var reused []int
 	var now time.Time
+	var snap *index.Snapshot
+	c.reset(x, openMetrics)
 	x.each(func(i int, s *index.Snapshot, t time.Time) bool {
-		c.reset(x, s, openMetrics)
-		now = t
-		if c.reusable(i, t) {
+		snap, now = s, t
+		if c.reusable(x, i, s, t) {
 			reused = append(reused, i)
 			return true
 		}
@@ -66,7 +67,7 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	count := map[*Def]int{}
 	fresh := map[*Def]bool{} // families with a series from a run that is not kept
 	for _, r := range runs {
-		kept := r.i >= 0 && c.done != nil && c.cacheable(x, r.i) && c.keep(x, r.i, r.samples, now)
+		kept := r.i >= 0 && c.cacheable(x, r.i) && c.keep(x, r.i, r.samples, snap, now)
 		for _, s := range r.samples {
 			count[s.def]++
 			if !kept {
@@ -99,7 +100,7 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 			if o, ok := c.owner[d]; ok {
 				delete(c.done, o)
 			}
-		} else if c.text != nil {
+		} else {
 			c.store(d, text)
 		}
 		out = append(out, Family{Name: d.Name, Text: text})

@@ -39,21 +39,56 @@ func (c leakCollector) stableUntil(s *index.Snapshot, now time.Time) time.Time {
 	return classify.LeaksChangeAt(s, now, c.grace)
 }
 
-// textCache is what TextFamilies rendered from the last snapshot, in the
-// last format. The index hands out the same snapshot while nothing changed
-// (no informer event), so a scrape of an unchanged cluster writes the
-// families of pure collectors from here; any change makes a new snapshot
-// and everything is rendered again. The leak collector's families are kept
-// until a claim's grace period ends (clockBound); the timing families are
-// rendered on every scrape.
+// reader is a pure collector that reads only some kinds of objects: its
+// series stay the same while those kinds do not change, whatever else does
+// (the claim collector does not read events). A pure collector that does
+// not say reads everything.
+type reader interface {
+	reads() index.Kinds
+}
+
+func (claimCollector) reads() index.Kinds {
+	return index.DeviceKinds | index.KindsOf(index.KindClaim)
+}
+func (conflictCollector) reads() index.Kinds {
+	return index.DeviceKinds | index.KindsOf(index.KindClaim)
+}
+func (*deviceCollector) reads() index.Kinds {
+	return index.DeviceKinds | index.KindsOf(index.KindClaim)
+}
+func (deviceClassCollector) reads() index.Kinds {
+	return index.AllKinds &^ index.KindsOf(index.KindEvent) // free devices on unusable nodes
+}
+func (heldCollector) reads() index.Kinds {
+	return index.DeviceKinds | index.KindsOf(index.KindClaim, index.KindPod)
+}
+func (laneCollector) reads() index.Kinds { return index.AllKinds &^ index.KindsOf(index.KindEvent) }
+func (*podCollector) reads() index.Kinds { return index.KindsOf(index.KindPod, index.KindClass) }
+func (leakCollector) reads() index.Kinds { return index.KindsOf(index.KindClaim, index.KindPod) }
+
+// reads returns the kinds collector c's series are derived from.
+func reads(c Collector) index.Kinds {
+	if r, ok := c.(reader); ok {
+		return r.reads()
+	}
+	return index.AllKinds
+}
+
+// textCache is what TextFamilies rendered in the last scrapes, in the last
+// format. A collector's families are written again, without running it,
+// while none of the kinds of objects it reads changed since the snapshot
+// it last ran over (an unchanged cluster hands out the same snapshot; a
+// new Warning event re-renders only the collectors that read events). The
+// leak collector's families are kept until a claim's grace period ends
+// (clockBound); the timing families are rendered on every scrape.
 type textCache struct {
-	mu   sync.Mutex
-	snap *index.Snapshot
-	om   bool
-	// done holds the collectors whose last run over snap succeeded and
-	// whose families are all in text, each with the time until which that
-	// run holds (zero: while the snapshot does).
-	done map[int]time.Time
+	mu sync.Mutex
+	om bool
+	// done holds the collectors whose last run succeeded and whose
+	// families are all in text: the version of the snapshot it read and
+	// the time until which it holds (zero: while the kinds it reads do not
+	// change).
+	done map[int]keptRun
 	// text is the exposition of each family whose series all came from
 	// such a run.
 	text map[*Def][]byte
@@ -62,8 +97,13 @@ type textCache struct {
 	owner map[*Def]int
 }
 
-// reset empties the cache unless it was filled from s in the same format.
-func (c *textCache) reset(x *Exporter, s *index.Snapshot, openMetrics bool) {
+type keptRun struct {
+	version index.Version
+	until   time.Time
+}
+
+// reset empties the cache unless it was filled in the same format.
+func (c *textCache) reset(x *Exporter, openMetrics bool) {
 	if c.owner == nil {
 		c.owner = map[*Def]int{}
 		shared := map[*Def]bool{}
@@ -79,19 +119,30 @@ func (c *textCache) reset(x *Exporter, s *index.Snapshot, openMetrics bool) {
 			delete(c.owner, d)
 		}
 	}
-	if c.snap == s && c.om == openMetrics && c.done != nil {
+	if c.om == openMetrics && c.done != nil {
 		return
 	}
-	c.snap, c.om = s, openMetrics
-	c.done = map[int]time.Time{}
+	c.om = openMetrics
+	c.done = map[int]keptRun{}
 	c.text = map[*Def][]byte{}
 }
 
-// reusable reports whether collector i's families from the last run over
-// the snapshot still hold at now.
-func (c *textCache) reusable(i int, now time.Time) bool {
-	until, ok := c.done[i]
-	return ok && (until.IsZero() || !now.After(until))
+// reusable reports whether collector i's families from its last run still
+// hold for snapshot s at now. A collector that is not reusable runs, and
+// its families are forgotten until that run is kept.
+func (c *textCache) reusable(x *Exporter, i int, s *index.Snapshot, now time.Time) bool {
+	r, ok := c.done[i]
+	if ok && (r.until.IsZero() || !now.After(r.until)) && s.Version().Unchanged(r.version, reads(x.collectors[i])) {
+		return true
+	}
+	delete(c.done, i)
+	for _, d := range x.collectors[i].Defs() {
+		if c.owner[d] == i {
+			// A family the run leaves empty must not come back.
+			delete(c.text, d)
+		}
+	}
+	return false
 }
 
 // cacheable reports whether collector i's families may be kept: it is pure
@@ -111,20 +162,20 @@ func (c *textCache) cacheable(x *Exporter, i int) bool {
 	return true
 }
 
-// keep records collector i's successful run: its families' text, once
-// rendered, may be written again while the snapshot holds. A run that
-// emitted a family it does not list is not kept.
-func (c *textCache) keep(x *Exporter, i int, samples []sample, now time.Time) bool {
-	for _, s := range samples {
-		if o, ok := c.owner[s.def]; !ok || o != i {
+// keep records collector i's successful run over s: its families' text,
+// once rendered, may be written again while what it reads holds. A run
+// that emitted a family it does not list is not kept.
+func (c *textCache) keep(x *Exporter, i int, samples []sample, s *index.Snapshot, now time.Time) bool {
+	for _, sm := range samples {
+		if o, ok := c.owner[sm.def]; !ok || o != i {
 			return false
 		}
 	}
 	var until time.Time
 	if b, ok := x.collectors[i].(clockBound); ok {
-		until = b.stableUntil(c.snap, now)
+		until = b.stableUntil(s, now)
 	}
-	c.done[i] = until
+	c.done[i] = keptRun{version: s.Version(), until: until}
 	return true
 }
 
