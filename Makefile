@@ -149,9 +149,10 @@ $(KSM): tools/ksm/go.mod tools/ksm/go.sum
 ksm: $(KSM) ## Build kube-state-metrics (cached), the neighbour bench-scale measures beside the exporter.
 
 N ?= 10000
+CHURN ?= 20
 .PHONY: bench-scale
-bench-scale: build controlplane $(KSM) ## Scale benchmark on a real etcd + kube-apiserver beside kube-state-metrics: make bench-scale N=100000 (not part of make test).
-	$(GO) run ./bench/scale -n $(N) -controlplane-bin $(CP_BIN) -exporter $(BIN) -out bin/bench-scale \
+bench-scale: build controlplane $(KSM) ## Scale benchmark on a real etcd + kube-apiserver beside kube-state-metrics: make bench-scale N=100000 [CHURN=writes/s] (not part of make test).
+	$(GO) run ./bench/scale -n $(N) -churn-rate $(CHURN) -controlplane-bin $(CP_BIN) -exporter $(BIN) -out bin/bench-scale \
 		-compare-cmd '$(KSM) --kubeconfig={kubeconfig} --host=127.0.0.1 --port={port} --telemetry-host=127.0.0.1 --telemetry-port={telemetry_port} --resources=pods,nodes --enable-gzip-encoding'
 
 .PHONY: fuzz

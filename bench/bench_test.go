@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/index"
@@ -239,17 +242,22 @@ func BenchmarkClassify(b *testing.B) {
 //
 // The index hands out the same snapshot while nothing changed, and the
 // exporter writes an unchanged cluster's families from the last scrape's
-// text: BenchmarkScrape measures that steady state (only the leak
-// collector, which reads the clock, runs each time).
-// BenchmarkScrapeAfterChange re-applies one object before every scrape, as
-// any informer event does, so that every scrape renders everything.
-func BenchmarkScrape(b *testing.B) { benchmarkScrape(b, clusterCollectors(), false) }
+// text: BenchmarkScrape measures that steady state (only the timing series
+// are rendered each time).
+func BenchmarkScrape(b *testing.B) { benchmarkScrape(b, clusterCollectors(), nil) }
 
-func BenchmarkScrapeAfterChange(b *testing.B) { benchmarkScrape(b, clusterCollectors(), true) }
+// BenchmarkScrapeAfterChange re-applies one object of a kind before every
+// scrape (claim, pod, event: the last of that kind the generator made), as
+// an informer update does: the index takes a new snapshot and the
+// collectors that read that kind render again; the others write their
+// families from the last scrape.
+func BenchmarkScrapeAfterChange(b *testing.B) {
+	benchmarkScrape(b, clusterCollectors(), []string{"claim", "pod", "event"})
+}
 
-// BenchmarkScrapeExceptBlocked is BenchmarkScrape without the blocked
-// collector (the decision tree), so that the rest of a scrape can be
-// measured at sizes where classification is too slow to run.
+// BenchmarkScrapeExceptBlocked is BenchmarkScrapeAfterChange/claim without
+// the blocked collector (the decision tree), so that the rest of a scrape
+// can be measured at sizes where classification is too slow to run.
 func BenchmarkScrapeExceptBlocked(b *testing.B) {
 	var cs []collector.Collector
 	for _, c := range clusterCollectors() {
@@ -257,50 +265,88 @@ func BenchmarkScrapeExceptBlocked(b *testing.B) {
 			cs = append(cs, c)
 		}
 	}
-	benchmarkScrape(b, cs, true)
+	benchmarkScrape(b, cs, []string{"claim"})
 }
 
-func benchmarkScrape(b *testing.B, collectors []collector.Collector, change bool) {
+// lastOfKind returns the last object of the kind in objs.
+func lastOfKind(b *testing.B, objs []any, kind string) any {
+	for i := len(objs) - 1; i >= 0; i-- {
+		var ok bool
+		switch kind {
+		case "claim":
+			_, ok = objs[i].(*resourceapi.ResourceClaim)
+		case "pod":
+			_, ok = objs[i].(*corev1.Pod)
+		case "event":
+			_, ok = objs[i].(*corev1.Event)
+		}
+		if ok {
+			return objs[i]
+		}
+	}
+	b.Fatalf("no %s in the cluster", kind)
+	return nil
+}
+
+// benchmarkScrape scrapes each size: with no kinds, an unchanged index;
+// with kinds, one sub-benchmark per kind that re-applies its object
+// before each scrape. The size guard follows the first kind.
+func benchmarkScrape(b *testing.B, collectors []collector.Collector, kinds []string) {
 	var g guard
 	for _, size := range sizes {
 		b.Run(size.name, func(b *testing.B) {
 			g.check(b, size.claims)
 			f := load(b, size.claims)
-			ix := f.index(b)
-			exp := collector.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), collectors...)
-			var res scrapeResult
-			collectorSeconds := map[string]float64{}
-			if !change {
-				// The steady state: the first scrape of a snapshot
-				// renders it, outside the timer.
-				if _, err := scrape(exp); err != nil {
-					b.Fatal(err)
-				}
+			if len(kinds) == 0 {
+				scrapeLoop(b, f, collectors, nil)
+				g.record(b, size.claims)
+				return
 			}
-			for b.Loop() {
-				if change {
-					// An informer event: the same object again.
-					if err := ix.Upsert(f.objs[len(f.objs)-1], true); err != nil {
-						b.Fatal(err)
+			for i, kind := range kinds {
+				obj := lastOfKind(b, f.objs, kind)
+				b.Run(kind, func(b *testing.B) {
+					scrapeLoop(b, f, collectors, obj)
+					if i == 0 {
+						g.record(b, size.claims)
 					}
-				}
-				var err error
-				res, err = scrape(exp)
-				if err != nil {
-					b.Fatal(err)
-				}
-				for name, s := range res.collectorSeconds {
-					collectorSeconds[name] += s
-				}
-			}
-			perClaim(b, size.claims)
-			g.record(b, size.claims)
-			b.ReportMetric(float64(res.series), "series/scrape")
-			b.ReportMetric(float64(res.bytes), "exposition-B")
-			for name, s := range collectorSeconds {
-				b.ReportMetric(s*1000/float64(b.N), "ms-"+name)
+				})
 			}
 		})
+	}
+}
+
+// scrapeLoop times scrapes of the fixture's index; change, when set, is
+// upserted before each.
+func scrapeLoop(b *testing.B, f *fixture, collectors []collector.Collector, change any) {
+	ix := f.index(b)
+	exp := collector.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), collectors...)
+	var res scrapeResult
+	collectorSeconds := map[string]float64{}
+	// The first scrape renders everything, outside the timer: what the
+	// loop measures is the steady state, or what a change costs on top.
+	if _, err := scrape(exp); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if change != nil {
+			if err := ix.Upsert(change, true); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var err error
+		res, err = scrape(exp)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for name, s := range res.collectorSeconds {
+			collectorSeconds[name] += s
+		}
+	}
+	perClaim(b, f.claims)
+	b.ReportMetric(float64(res.series), "series/scrape")
+	b.ReportMetric(float64(res.bytes), "exposition-B")
+	for name, s := range collectorSeconds {
+		b.ReportMetric(s*1000/float64(b.N), "ms-"+name)
 	}
 }
 

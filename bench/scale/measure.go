@@ -67,6 +67,14 @@ type Result struct {
 	Bytes             int64   `json:"bytes"`
 	// CPUMicrosPerSeries: ScrapeCPUSeconds per series, in µs.
 	CPUMicrosPerSeries float64 `json:"cpu_us_per_series"`
+
+	// With -churn-rate: as many scrapes again while objects change.
+	Churn                 *ChurnStats `json:"churn,omitempty"`
+	ChurnScrapes          []float64   `json:"churn_scrape_seconds,omitempty"`
+	ChurnScrapeP50Seconds float64     `json:"churn_scrape_p50_seconds,omitempty"`
+	ChurnScrapeP99Seconds float64     `json:"churn_scrape_p99_seconds,omitempty"`
+	ChurnScrapeCPUSeconds float64     `json:"churn_scrape_cpu_seconds,omitempty"`
+	RSSAfterChurnBytes    int64       `json:"rss_after_churn_bytes,omitempty"`
 }
 
 type measurer struct {
@@ -74,6 +82,8 @@ type measurer struct {
 	dir                   string
 	scrapes               int
 	client                *http.Client
+	// churn, when set, changes objects during a second round of scrapes.
+	churn *churner
 }
 
 func newMeasurer(apiserverPID, etcdPID int, dir string, scrapes int) *measurer {
@@ -137,30 +147,18 @@ func (m *measurer) measure(ctx context.Context, t Target, logf func(string, ...a
 	}
 	logf("%s ready in %.1fs (apiserver %.1f CPU-s, RSS %s); scraping %d times", t.Name, r.ReadySeconds, r.APIServerSyncCPUSeconds, mib(r.RSSAfterSyncBytes), m.scrapes)
 
-	var cpuTotal float64
-	var last []byte
-	for k := range m.scrapes {
-		before, err := cpuSeconds(pid)
-		if err != nil {
-			return fail(err)
-		}
-		body, d, err := m.get(ctx, t.MetricsURL, false)
-		if err != nil {
-			return fail(fmt.Errorf("scrape %d: %w", k+1, err))
-		}
-		after, err := cpuSeconds(pid)
-		if err != nil {
-			return fail(err)
-		}
-		cpuTotal += after - before
-		r.Scrapes = append(r.Scrapes, d.Seconds())
-		last = body
+	scrapes, cpuTotal, last, err := m.scrapeN(ctx, t, pid, 0, func(k int) error {
 		if k == 9 {
-			if r.RSSAfter10ScrapesBytes, err = rssBytes(pid); err != nil {
-				return fail(err)
-			}
+			var err error
+			r.RSSAfter10ScrapesBytes, err = rssBytes(pid)
+			return err
 		}
+		return nil
+	})
+	if err != nil {
+		return fail(err)
 	}
+	r.Scrapes = scrapes
 	if r.RSSAfterScrapesBytes, err = rssBytes(pid); err != nil {
 		return fail(err)
 	}
@@ -182,11 +180,83 @@ func (m *measurer) measure(ctx context.Context, t Target, logf func(string, ...a
 			return fail(fmt.Errorf("self-metrics: %w", err))
 		}
 	}
+	if m.churn != nil {
+		stop := m.churn.start(ctx)
+		// Scrapes at least a second apart, so that writes land between
+		// any two of them however fast a scrape is.
+		scrapes, cpu, _, err := m.scrapeN(ctx, t, pid, time.Second, nil)
+		stats := stop()
+		if err != nil {
+			return fail(fmt.Errorf("churn: %w", err))
+		}
+		r.Churn = &stats
+		r.ChurnScrapes = scrapes
+		r.ChurnScrapeP50Seconds, r.ChurnScrapeP99Seconds = quantile(scrapes, 0.5), quantile(scrapes, 0.99)
+		r.ChurnScrapeCPUSeconds = cpu / float64(len(scrapes))
+		if r.RSSAfterChurnBytes, err = rssBytes(pid); err != nil {
+			return fail(err)
+		}
+		logf("%s under churn (%.0f writes/s asked, %v done in %.0fs, %d errors): scrape p50 %.2fs p99 %.2fs, %.2f CPU-s per scrape, RSS %s",
+			t.Name, stats.Rate, stats.Writes, stats.Seconds, stats.Errors, r.ChurnScrapeP50Seconds, r.ChurnScrapeP99Seconds, r.ChurnScrapeCPUSeconds, mib(r.RSSAfterChurnBytes))
+		if self, _, err = m.get(ctx, t.selfURL(), false); err != nil {
+			return fail(fmt.Errorf("self-metrics: %w", err))
+		}
+	}
 	r.GoHeapInuseBytes = int64(sampleValue(self, "go_memstats_heap_inuse_bytes"))
 	r.GoHeapAllocBytes = int64(sampleValue(self, "go_memstats_heap_alloc_bytes"))
 	logf("%s: scrape p50 %.2fs p99 %.2fs, %.2f CPU-s per scrape, %d series, %s text, RSS after 10 scrapes %s",
 		t.Name, r.ScrapeP50Seconds, r.ScrapeP99Seconds, r.ScrapeCPUSeconds, r.Series, mib(r.Bytes), mib(r.RSSAfter10ScrapesBytes))
 	return r, nil
+}
+
+// selfURL is where the target serves its go_memstats.
+func (t Target) selfURL() string {
+	if t.SelfURL != "" {
+		return t.SelfURL
+	}
+	return t.MetricsURL
+}
+
+// scrapeN scrapes the target m.scrapes times in plain text and returns each
+// scrape's seconds, the process's CPU seconds over them, and the last body;
+// scrapes start at least pace apart; after(k), when set, runs after scrape
+// k (from 0).
+func (m *measurer) scrapeN(ctx context.Context, t Target, pid int, pace time.Duration, after func(k int) error) ([]float64, float64, []byte, error) {
+	var cpuTotal float64
+	var last []byte
+	var out []float64
+	var started time.Time
+	for k := range m.scrapes {
+		if wait := pace - time.Since(started); k > 0 && wait > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, 0, nil, ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		started = time.Now()
+		before, err := cpuSeconds(pid)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		body, d, err := m.get(ctx, t.MetricsURL, false)
+		if err != nil {
+			return nil, 0, nil, fmt.Errorf("scrape %d: %w", k+1, err)
+		}
+		end, err := cpuSeconds(pid)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		cpuTotal += end - before
+		out = append(out, d.Seconds())
+		last = body
+		if after != nil {
+			if err := after(k); err != nil {
+				return nil, 0, nil, err
+			}
+		}
+	}
+	return out, cpuTotal, last, nil
 }
 
 // waitReady polls ReadyURL, then (with SyncedFamily) scrapes until the

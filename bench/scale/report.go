@@ -158,6 +158,14 @@ func (r *Report) Markdown() string {
 	row("text bytes", func(x *Result) float64 { return float64(x.Bytes) }, mb)
 	row("gzip bytes", func(x *Result) float64 { return float64(x.GzipBytes) }, mb)
 	row("CPU µs per series", func(x *Result) float64 { return x.CPUMicrosPerSeries }, func(v float64) string { return fmt.Sprintf("%.1f", v) })
+	if ch := r.Results[0].Churn; ch != nil {
+		fmt.Fprintf(&b, "| **under churn** (%.0f writes/s: pod and claim updates, new events) |%s\n", ch.Rate,
+			strings.Repeat(" |", len(r.Results)+len(r.Results)/2))
+		row(fmt.Sprintf("scrape p50 (%d, text)", len(r.Results[0].ChurnScrapes)), func(x *Result) float64 { return x.ChurnScrapeP50Seconds }, secs)
+		row("scrape p99 (slowest)", func(x *Result) float64 { return x.ChurnScrapeP99Seconds }, secs)
+		row("CPU-s per scrape", func(x *Result) float64 { return x.ChurnScrapeCPUSeconds }, cpus)
+		row("RSS after the churn scrapes", func(x *Result) float64 { return float64(x.RSSAfterChurnBytes) }, mem)
+	}
 	b.WriteString("\n")
 	return b.String()
 }

@@ -22,7 +22,7 @@ func TestSmallRun(t *testing.T) {
 		}
 		t.Fatalf("set %s and DRA_E2E_EXPORTER (make test does)", cluster.EnvBinDir)
 	}
-	o := options{n: 300, workers: 8, scrapes: 12, controlPlane: bin, exporter: exporter, dir: filepath.Join(t.TempDir(), "cp")}
+	o := options{n: 300, workers: 8, scrapes: 12, churnRate: 20, controlPlane: bin, exporter: exporter, dir: filepath.Join(t.TempDir(), "cp")}
 	rep, err := run(context.Background(), o, t.Logf)
 	if err != nil {
 		t.Fatal(err)
@@ -43,6 +43,11 @@ func TestSmallRun(t *testing.T) {
 		t.Errorf("%d scrapes, p50 %.3f, p99 %.3f", len(r.Scrapes), r.ScrapeP50Seconds, r.ScrapeP99Seconds)
 	case r.GzipBytes <= 0, r.GzipBytes >= r.Bytes:
 		t.Errorf("gzip %d bytes of %d", r.GzipBytes, r.Bytes)
+	}
+	if ch := r.Churn; ch == nil || ch.Errors > 0 || ch.Writes["pod"] == 0 || ch.Writes["claim"] == 0 || ch.Writes["event"] == 0 {
+		t.Errorf("churn round: %+v", ch)
+	} else if len(r.ChurnScrapes) != o.scrapes || r.ChurnScrapeP50Seconds <= 0 || r.RSSAfterChurnBytes < 10<<20 {
+		t.Errorf("churn round: %d scrapes, p50 %.3f, RSS %d", len(r.ChurnScrapes), r.ChurnScrapeP50Seconds, r.RSSAfterChurnBytes)
 	}
 	// About 9.5 series per claim (bench/README.md), and at least one per pod.
 	if r.Series < rep.Cluster.Pods || r.Series > 20*rep.Cluster.Claims {
