@@ -158,13 +158,21 @@ func (d *Def) labelOrder() []int {
 
 func (d *Def) appendText(buf []byte, samples []sample, openMetrics bool) []byte {
 	order := d.labelOrder()
-	slices.SortStableFunc(samples, func(a, b sample) int {
+	// A stable order by label values: pdqsort on positions, ties broken by
+	// position (the stable sort's in-place merging was a third of a
+	// scrape's time at 100k claims).
+	pos := make([]int32, len(samples))
+	for i := range pos {
+		pos[i] = int32(i)
+	}
+	slices.SortFunc(pos, func(a, b int32) int {
+		la, lb := samples[a].lvs, samples[b].lvs
 		for _, i := range order {
-			if c := cmp.Compare(a.lvs[i], b.lvs[i]); c != 0 {
+			if c := strings.Compare(la[i], lb[i]); c != 0 {
 				return c
 			}
 		}
-		return 0
+		return cmp.Compare(a, b)
 	})
 	if buf == nil {
 		// The first series' length, times the series, and some room.
@@ -179,8 +187,9 @@ func (d *Def) appendText(buf []byte, samples []sample, openMetrics bool) []byte 
 	buf = append(buf, ' ')
 	buf = append(buf, d.Type...)
 	buf = append(buf, '\n')
-	for i, s := range samples {
-		if i > 0 && slices.Equal(s.lvs, samples[i-1].lvs) {
+	for k, p := range pos {
+		s := samples[p]
+		if k > 0 && slices.Equal(s.lvs, samples[pos[k-1]].lvs) {
 			continue // a repeated label set: Gather keeps the first
 		}
 		buf = append(buf, d.Name...)
