@@ -13,6 +13,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
@@ -246,9 +248,9 @@ func BenchmarkClassify(b *testing.B) {
 // are rendered each time).
 func BenchmarkScrape(b *testing.B) { benchmarkScrape(b, clusterCollectors(), nil) }
 
-// BenchmarkScrapeAfterChange re-applies one object of a kind before every
-// scrape (claim, pod, event: the last of that kind the generator made), as
-// an informer update does: the index takes a new snapshot and the
+// BenchmarkScrapeAfterChange changes one object of a kind before every
+// scrape (claim, pod, event: the last of that kind the generator made; its
+// generation alternates), as an informer update does: the index takes a new snapshot and the
 // collectors that read that kind render again; the others write their
 // families from the last scrape.
 func BenchmarkScrapeAfterChange(b *testing.B) {
@@ -327,11 +329,22 @@ func scrapeLoop(b *testing.B, f *fixture, collectors []collector.Collector, chan
 	if _, err := scrape(exp); err != nil {
 		b.Fatal(err)
 	}
+	// The object and a copy one generation on take turns: a change of
+	// content (the index leaves out a write that changes nothing it holds).
+	var versions [2]any
+	if change != nil {
+		next := change.(kruntime.Object).DeepCopyObject()
+		m := next.(metav1.Object)
+		m.SetGeneration(m.GetGeneration() + 1)
+		versions = [2]any{next, change}
+	}
+	k := 0
 	for b.Loop() {
 		if change != nil {
-			if err := ix.Upsert(change, true); err != nil {
+			if err := ix.Upsert(versions[k%2], true); err != nil {
 				b.Fatal(err)
 			}
+			k++
 		}
 		var err error
 		res, err = scrape(exp)

@@ -117,12 +117,19 @@ func (ix *Index) Upsert(obj any, live bool) error {
 		ix.upsertClass(newClass(o))
 		ix.touch(KindClass)
 	case *resourceapi.ResourceSlice:
-		ix.upsertSlice(o)
-		ix.touch(KindSlice)
+		if !sameContent(ix.slice(o.Name), o) {
+			ix.upsertSlice(o)
+			ix.touch(KindSlice)
+		}
 	case *resourceapi.ResourceClaim:
-		ix.upsertClaim(newClaim(o), now, live)
-		ix.touch(KindClaim)
+		if old := ix.claims[Key{o.Namespace, o.Name}]; old == nil || !sameContent(old.Obj, o) {
+			ix.upsertClaim(newClaim(o), now, live)
+			ix.touch(KindClaim)
+		}
 	case *corev1.Pod:
+		if old := ix.pods[Key{o.Namespace, o.Name}]; old != nil && sameContent(old.Obj, o) {
+			break
+		}
 		if ix.upsertPod(newPod(o), now, live) {
 			ix.touch(KindPod)
 		}
@@ -142,12 +149,23 @@ func (ix *Index) Upsert(obj any, live bool) error {
 			ix.touch(KindEvent)
 		}
 	case *resourceapi.DeviceTaintRule:
-		ix.taintRules[o.Name] = o
-		ix.touch(KindTaintRule)
+		if !sameContent(ix.taintRules[o.Name], o) {
+			ix.taintRules[o.Name] = o
+			ix.touch(KindTaintRule)
+		}
 	default:
 		return fmt.Errorf("index: unsupported object type %T", obj)
 	}
 	return nil
+}
+
+// slice returns the slice of that name the index holds, or nil.
+func (ix *Index) slice(name string) *resourceapi.ResourceSlice {
+	pk, ok := ix.sliceToPool[name]
+	if !ok {
+		return nil
+	}
+	return ix.pools[pk].slices[name]
 }
 
 // Delete removes an object. It accepts cache.DeletedFinalStateUnknown.

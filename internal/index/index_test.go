@@ -1178,6 +1178,9 @@ func TestVersionCountsChangesByKind(t *testing.T) {
 	Upsert(t, ix, Bound(plain, "node-1"), true)
 	Upsert(t, ix, Event("e1", plain, "Scheduled", "assigned", time.Unix(1e9, 0)), true)
 	Del(t, ix, Pod("gone", "uid-gone"))
+	rewritten := Node("node-1", 0) // a write the trimmer drops: only the resourceVersion moves
+	rewritten.ResourceVersion = "7"
+	Upsert(t, ix, rewritten, true)
 	if b := ix.Snapshot(); b != a {
 		t.Fatal("updates that change nothing the index holds made a new snapshot")
 	}
@@ -1196,6 +1199,12 @@ func TestVersionCountsChangesByKind(t *testing.T) {
 	gpu := WithLimit(Pod("trainer", "uid-trainer"), "nvidia.com/gpu", 1)
 	Upsert(t, ix, gpu, true)
 	c := ix.Snapshot()
+	again := gpu.DeepCopy()
+	again.ResourceVersion = "8"
+	Upsert(t, ix, again, true)
+	if ix.Snapshot() != c {
+		t.Error("a pod written again with only a new resourceVersion made a new snapshot")
+	}
 	if c.Version().Unchanged(b.Version(), index.KindsOf(index.KindPod)) || !c.Version().Unchanged(b.Version(), index.KindsOf(index.KindClaim, index.KindNode)) {
 		t.Error("a GPU pod's upsert is not reported under the pod kind alone")
 	}

@@ -1,6 +1,11 @@
 package index
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
 
 // Kind is a kind of object the index holds. The index counts the changes
 // of each kind, and a snapshot carries the counts it was taken at, so that
@@ -70,3 +75,20 @@ func (ix *Index) touch(k Kind) {
 
 // Version returns where the index stood when the snapshot was taken.
 func (s *Snapshot) Version() Version { return s.version }
+
+// sameContent reports whether two objects differ in nothing but their
+// resourceVersion: a write to a field the trimmer dropped (an annotation,
+// managed fields), or the same object again after a relist. The index then
+// keeps the record it has and counts no change.
+func sameContent[T any, P interface {
+	*T
+	metav1.Object
+}](a, b P) bool {
+	if a == nil || b == nil {
+		return false
+	}
+	ac, bc := *a, *b
+	P(&ac).SetResourceVersion("")
+	P(&bc).SetResourceVersion("")
+	return equality.Semantic.DeepEqual(&ac, &bc)
+}
