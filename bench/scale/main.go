@@ -65,7 +65,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.compareReady, "compare-readyz", "http://127.0.0.1:{telemetry_port}/readyz", "The compared exporter's readiness URL.")
 	fs.StringVar(&o.compareSelf, "compare-self-metrics", "http://127.0.0.1:{telemetry_port}/metrics", "Where the compared exporter serves its go_memstats.")
 	fs.StringVar(&o.compareSynced, "compare-synced-family", "kube_pod_info", "A family of the compared exporter that has one series per pod once it has synced (its /readyz may not wait); empty: trust /readyz.")
-	fs.Float64Var(&o.churnRate, "churn-rate", 0, "Writes per second (pod and claim updates, new Warning events) during a second round of as many scrapes, at least a second apart; 0: no churn round.")
+	fs.Float64Var(&o.churnRate, "churn-rate", 0, "Writes per second (pod readiness flips, claim device status, new Warning events, claim annotations) during a second round of as many scrapes, at least a second apart; 0: no churn round.")
 	fs.StringVar(&o.out, "out", "bin/bench-scale", "Directory for scale-<N>.json and scale-<N>.md.")
 	fs.StringVar(&o.dir, "dir", "", "Working directory for the control plane (default: a temporary one, removed unless -keep).")
 	fs.BoolVar(&o.keep, "keep", false, "Keep the working directory (logs, etcd data).")

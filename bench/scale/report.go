@@ -159,7 +159,7 @@ func (r *Report) Markdown() string {
 	row("gzip bytes", func(x *Result) float64 { return float64(x.GzipBytes) }, mb)
 	row("CPU µs per series", func(x *Result) float64 { return x.CPUMicrosPerSeries }, func(v float64) string { return fmt.Sprintf("%.1f", v) })
 	if ch := r.Results[0].Churn; ch != nil {
-		fmt.Fprintf(&b, "| **under churn** (%.0f writes/s: pod and claim updates, new events) |%s\n", ch.Rate,
+		fmt.Fprintf(&b, "| **under churn** (%.0f writes/s: readiness flips, device status, events, annotations) |%s\n", ch.Rate,
 			strings.Repeat(" |", len(r.Results)+len(r.Results)/2))
 		row(fmt.Sprintf("scrape p50 (%d, text)", len(r.Results[0].ChurnScrapes)), func(x *Result) float64 { return x.ChurnScrapeP50Seconds }, secs)
 		row("scrape p99 (slowest)", func(x *Result) float64 { return x.ChurnScrapeP99Seconds }, secs)

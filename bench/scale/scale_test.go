@@ -44,7 +44,11 @@ func TestSmallRun(t *testing.T) {
 	case r.GzipBytes <= 0, r.GzipBytes >= r.Bytes:
 		t.Errorf("gzip %d bytes of %d", r.GzipBytes, r.Bytes)
 	}
-	if ch := r.Churn; ch == nil || ch.Errors > 0 || ch.Writes["pod"] == 0 || ch.Writes["claim"] == 0 || ch.Writes["event"] == 0 {
+	kinds := map[string]bool{}
+	for _, k := range churnMix {
+		kinds[k] = true
+	}
+	if ch := r.Churn; ch == nil || ch.Errors > 0 || len(ch.Writes) != len(kinds) {
 		t.Errorf("churn round: %+v", ch)
 	} else if len(r.ChurnScrapes) != o.scrapes || r.ChurnScrapeP50Seconds <= 0 || r.RSSAfterChurnBytes < 10<<20 {
 		t.Errorf("churn round: %d scrapes, p50 %.3f, RSS %d", len(r.ChurnScrapes), r.ChurnScrapeP50Seconds, r.RSSAfterChurnBytes)
