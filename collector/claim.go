@@ -42,8 +42,26 @@ func (claimCollector) Defs() []*Def {
 	return []*Def{claimInfo, claimStatus, claimAllocation, claimReservedFor}
 }
 
-func (claimCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+func (c claimCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+	updateRows(c, s, e)
+	return nil
+}
+
+// eachRow: a claim's series read the claim and the devices it was
+// allocated (their node and GPU UUID).
+func (claimCollector) eachRow(s *index.Snapshot, visit func(key any, inputs []any) *emitter) {
+	var inputs []any
 	for _, c := range s.Claims {
+		inputs = append(inputs[:0], c)
+		for _, r := range c.Results {
+			if d := s.Device(r.Device); d != nil {
+				inputs = append(inputs, d)
+			}
+		}
+		e := visit(c.Key, inputs)
+		if e == nil {
+			continue
+		}
 		ns, name := c.Key.Namespace, c.Key.Name
 		lane, pod, podUID := index.LaneDRA, "", ""
 		if c.Extended {
@@ -84,5 +102,4 @@ func (claimCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
 			e.uniqueGauge(claimReservedFor, 1, ns, name, r.Name, string(r.UID))
 		}
 	}
-	return nil
 }

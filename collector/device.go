@@ -121,7 +121,23 @@ func (c *deviceCollector) Name() string { return "device" }
 func (c *deviceCollector) Defs() []*Def { return []*Def{c.info, c.memory, c.remaining} }
 
 func (c *deviceCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+	updateRows(c, s, e)
+	return nil
+}
+
+// eachRow: a device's series read the device record and, for a shared
+// device (whose remaining capacity the claims decide), the snapshot's version.
+func (c *deviceCollector) eachRow(s *index.Snapshot, visit func(key any, inputs []any) *emitter) {
+	var inputs []any
 	for _, d := range s.Devices {
+		inputs = append(inputs[:0], d)
+		if d.Shareable {
+			inputs = append(inputs, s.Version())
+		}
+		e := visit(d.Key, inputs)
+		if e == nil {
+			continue
+		}
 		// A slice of its own per series: the emitter keeps it.
 		lvs := make([]string, 0, 5+len(c.attrs))
 		lvs = append(lvs, d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device, d.GPUUUID)
@@ -137,7 +153,6 @@ func (c *deviceCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) err
 			e.gauge(c.remaining, q.AsApproximateFloat64(), d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device, string(name))
 		}
 	}
-	return nil
 }
 
 func capacity(d *index.Device, name string) (float64, bool) {

@@ -59,9 +59,21 @@ func (c *podCollector) Defs() []*Def {
 }
 
 func (c *podCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+	updateRows(c, s, e)
+	return nil
+}
+
+// eachRow: a pod's series read the pod and its lane (which the classes
+// decide for extended resources).
+func (c *podCollector) eachRow(s *index.Snapshot, visit func(key any, inputs []any) *emitter) {
+	var inputs []any
 	for _, p := range s.Pods {
 		lane := s.PodLane(p)
 		if lane == "" || p.Terminal() {
+			continue
+		}
+		e := visit(p.Key, append(inputs[:0], p, lane))
+		if e == nil {
 			continue
 		}
 		ns, name, uid := p.Key.Namespace, p.Key.Name, string(p.UID)
@@ -75,5 +87,4 @@ func (c *podCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error 
 			e.gauge(c.labels, 1, lvs...)
 		}
 	}
-	return nil
 }

@@ -54,13 +54,21 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	var now time.Time
 	var snap *index.Snapshot
 	c.reset(x, openMetrics)
-	x.each(func(i int, s *index.Snapshot, t time.Time) bool {
+	x.each(func(i int, s *index.Snapshot, t time.Time) (bool, error) {
 		snap, now = s, t
 		if c.reusable(x, i, s, t) {
 			reused = append(reused, i)
-			return true
+			return true, nil
 		}
-		return false
+		if rowc, ok := x.collectors[i].(rowCollector); ok && c.cacheable(x, i) {
+			// Only the rows of changed objects are rendered.
+			if err := c.renderRows(x, i, rowc, s); err != nil {
+				return true, err
+			}
+			reused = append(reused, i)
+			return true, nil
+		}
+		return false, nil
 	}, func(i int, samples []sample) {
 		runs = append(runs, run{i, samples})
 	})
@@ -112,8 +120,9 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 // each runs every collector over one snapshot and hands the samples of
 // each that succeeded, and the timing series (collector -1), to emit.
 // skip, when set, is asked first whether collector i's series for the
-// snapshot at now are already at hand; a skipped collector reports only timing.
-func (x *Exporter) each(skip func(i int, s *index.Snapshot, now time.Time) bool, emit func(i int, samples []sample)) {
+// snapshot at now are already at hand, or were rendered another way (err
+// says whether that failed); a skipped collector reports only timing.
+func (x *Exporter) each(skip func(i int, s *index.Snapshot, now time.Time) (bool, error), emit func(i int, samples []sample)) {
 	if x.complete != nil && !x.complete() {
 		return
 	}
@@ -125,14 +134,18 @@ func (x *Exporter) each(skip func(i int, s *index.Snapshot, now time.Time) bool,
 		}
 		start := time.Now()
 		var err error
-		if skip == nil || !skip(i, s, now) {
+		skipped := false
+		if skip != nil {
+			skipped, err = skip(i, s, now)
+		}
+		if !skipped {
 			var e *emitter
-			e, err = x.run(c, s, now)
-			if err != nil {
-				x.logFailure(c, err)
-			} else {
+			if e, err = x.run(c, s, now); err == nil {
 				emit(i, e.samples)
 			}
+		}
+		if err != nil {
+			x.logFailure(c, err)
 		}
 		if x.timing {
 			emit(-1, []sample{
@@ -178,6 +191,18 @@ func (d *Def) appendText(buf []byte, samples []sample, openMetrics bool) []byte 
 		// The first series' length, times the series, and some room.
 		buf = make([]byte, 0, 128+len(d.Help)+len(samples)*(lineLength(d, samples[0])+8))
 	}
+	buf = d.appendHeader(buf, openMetrics)
+	for k, p := range pos {
+		if k > 0 && slices.Equal(samples[p].lvs, samples[pos[k-1]].lvs) {
+			continue // a repeated label set: Gather keeps the first
+		}
+		buf = d.appendLine(buf, samples[p], openMetrics)
+	}
+	return buf
+}
+
+// appendHeader writes the family's HELP and TYPE lines.
+func (d *Def) appendHeader(buf []byte, openMetrics bool) []byte {
 	buf = append(buf, "# HELP "...)
 	buf = append(buf, d.Name...)
 	buf = append(buf, ' ')
@@ -186,32 +211,30 @@ func (d *Def) appendText(buf []byte, samples []sample, openMetrics bool) []byte 
 	buf = append(buf, d.Name...)
 	buf = append(buf, ' ')
 	buf = append(buf, d.Type...)
-	buf = append(buf, '\n')
-	for k, p := range pos {
-		s := samples[p]
-		if k > 0 && slices.Equal(s.lvs, samples[pos[k-1]].lvs) {
-			continue // a repeated label set: Gather keeps the first
+	return append(buf, '\n')
+}
+
+// appendLine writes one series.
+func (d *Def) appendLine(buf []byte, s sample, openMetrics bool) []byte {
+	order := d.labelOrder()
+	buf = append(buf, d.Name...)
+	for j, li := range order {
+		if j == 0 {
+			buf = append(buf, '{')
+		} else {
+			buf = append(buf, ',')
 		}
-		buf = append(buf, d.Name...)
-		for j, li := range order {
-			if j == 0 {
-				buf = append(buf, '{')
-			} else {
-				buf = append(buf, ',')
-			}
-			buf = append(buf, d.Labels[li]...)
-			buf = append(buf, '=', '"')
-			buf = appendEscaped(buf, s.lvs[li], true)
-			buf = append(buf, '"')
-		}
-		if len(order) > 0 {
-			buf = append(buf, '}')
-		}
-		buf = append(buf, ' ')
-		buf = appendFloat(buf, s.v, openMetrics)
-		buf = append(buf, '\n')
+		buf = append(buf, d.Labels[li]...)
+		buf = append(buf, '=', '"')
+		buf = appendEscaped(buf, s.lvs[li], true)
+		buf = append(buf, '"')
 	}
-	return buf
+	if len(order) > 0 {
+		buf = append(buf, '}')
+	}
+	buf = append(buf, ' ')
+	buf = appendFloat(buf, s.v, openMetrics)
+	return append(buf, '\n')
 }
 
 // lineLength estimates the length of a series' line.

@@ -95,6 +95,28 @@ type textCache struct {
 	// owner is, per family, the one collector that lists it (nil where two
 	// do): only a family with a single owner is cached.
 	owner map[*Def]int
+	// rows are the row collectors' rendered rows (rows.go).
+	rows map[int]*rowCache
+}
+
+// renderRows renders row collector i's changed rows over s and keeps its
+// families' text, as a kept run. On failure the collector's families are
+// left out of this scrape.
+func (c *textCache) renderRows(x *Exporter, i int, rowc rowCollector, s *index.Snapshot) error {
+	rc := c.rows[i]
+	if rc == nil {
+		rc = &rowCache{}
+		c.rows[i] = rc
+	}
+	texts, err := rc.render(x, rowc, s, c.om)
+	if err != nil {
+		return err
+	}
+	for d, t := range texts {
+		c.store(d, t)
+	}
+	c.done[i] = keptRun{version: s.Version()}
+	return nil
 }
 
 type keptRun struct {
@@ -125,6 +147,7 @@ func (c *textCache) reset(x *Exporter, openMetrics bool) {
 	c.om = openMetrics
 	c.done = map[int]keptRun{}
 	c.text = map[*Def][]byte{}
+	c.rows = map[int]*rowCache{}
 }
 
 // reusable reports whether collector i's families from its last run still
