@@ -410,6 +410,8 @@ type scrapeResult struct {
 	families map[string]int
 }
 
+var scrapeBuf []byte
+
 // scrape renders the exporter's families as /metrics does (the fast text
 // path, collector.Exporter.TextFamilies) and counts them. It fails when a
 // collector reports failure, so that a benchmark never measures a scrape
@@ -417,8 +419,11 @@ type scrapeResult struct {
 func scrape(x *collector.Exporter) (scrapeResult, error) {
 	res := scrapeResult{collectorSeconds: map[string]float64{}, families: map[string]int{}}
 	for _, f := range x.TextFamilies(false) {
-		res.bytes += len(f.Text)
-		for line := range bytes.Lines(f.Text) {
+		// Written out, as the handler writes it (into a buffer kept
+		// across scrapes).
+		scrapeBuf = f.AppendTo(scrapeBuf[:0])
+		res.bytes += len(scrapeBuf)
+		for line := range bytes.Lines(scrapeBuf) {
 			if line[0] == '#' {
 				continue
 			}

@@ -101,7 +101,7 @@ func TestBurstBetweenScrapesIsConsistent(t *testing.T) {
 func text(x *collector.Exporter) []byte {
 	var out []byte
 	for _, f := range x.TextFamilies(false) {
-		out = append(out, f.Text...)
+		out = f.AppendTo(out)
 	}
 	return out
 }

@@ -10,9 +10,9 @@ package collector
 // the exposition; the other collectors render whole (textcache.go).
 
 import (
+	"bytes"
 	"cmp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/dra-exporter/dra-exporter/internal/index"
@@ -45,25 +45,27 @@ type row struct {
 	seen uint64
 }
 
-// line is one series of a row, rendered.
+// line is one series of a row, rendered: name{labels} value\n. The lines of
+// one row share a buffer, which goes when the row is replaced.
 type line struct {
-	lvs  []string // label values, in the family's label order
-	text []byte   // name{labels} value\n
+	text []byte
 	row  *row
 }
 
 // rowCache is one row collector's rows and, per family, its lines sorted as
-// the exposition writes them.
+// the exposition writes them. A family's line slice is never written once
+// handed out (a scrape may still be writing it): a pass that changes the
+// family makes a new one.
 type rowCache struct {
 	pass  uint64
 	rows  map[any]*row
 	lines map[*Def][]line
 }
 
-// render brings the cache to snapshot s and returns the text of each
+// render brings the cache to snapshot s and returns the lines of each
 // family with series. A panic in the collector leaves the cache empty, so
 // that the next pass renders every row again.
-func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot, openMetrics bool) (out map[*Def][]byte, err error) {
+func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot, openMetrics bool) (_ map[*Def][]line, err error) {
 	defer func() {
 		if err != nil {
 			*rc = rowCache{}
@@ -81,7 +83,7 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot, openM
 	var fresh []changed
 	_, err = x.run(rowsOnly{c, func(s *index.Snapshot) {
 		c.eachRow(s, func(key any, inputs []any) *emitter {
-			if r := rc.rows[key]; r != nil && slices.Equal(r.inputs, inputs) && r.seen == pass-1 {
+			if r := rc.rows[key]; r != nil && r.seen == pass-1 && slices.Equal(r.inputs, inputs) {
 				r.seen = pass
 				return nil
 			}
@@ -95,50 +97,49 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot, openM
 	if err != nil {
 		return nil, err
 	}
+	gone := 0
 	for key, r := range rc.rows {
 		if r.seen != pass {
 			delete(rc.rows, key)
+			gone++
 		}
 	}
 	added := map[*Def][]line{}
+	var ends []int
 	for _, f := range fresh {
+		var buf []byte
+		ends = ends[:0]
 		for _, sm := range f.e.samples {
-			added[sm.def] = append(added[sm.def], line{lvs: ordered(sm.def, sm.lvs), text: sm.def.appendLine(nil, sm, openMetrics), row: f.r})
+			buf = sm.def.appendLine(buf, sm, openMetrics)
+			ends = append(ends, len(buf))
+		}
+		start := 0
+		for k, sm := range f.e.samples {
+			added[sm.def] = append(added[sm.def], line{text: buf[start:ends[k]:ends[k]], row: f.r})
+			start = ends[k]
 		}
 	}
-	out = map[*Def][]byte{}
 	for _, d := range c.Defs() {
-		// The lines of rows still here, in place: their order holds.
 		kept := rc.lines[d]
-		live := kept[:0]
+		if len(added[d]) == 0 && gone == 0 && len(fresh) == 0 {
+			continue // nothing changed: the same slice
+		}
+		live := make([]line, 0, len(kept)+len(added[d]))
 		for _, l := range kept {
 			if l.row.seen == pass {
 				live = append(live, l)
 			}
 		}
-		clear(kept[len(live):]) // let the rows that went be collected
-		merged := mergeLines(live, sortLines(added[d]))
-		if len(merged) == 0 {
-			delete(rc.lines, d)
+		if len(added[d]) == 0 && len(live) == len(kept) {
 			continue
 		}
-		text := d.appendHeader(nil, openMetrics)
-		size := len(text)
-		for _, l := range merged {
-			size += len(l.text)
+		if merged := mergeLines(live, sortLines(added[d])); len(merged) > 0 {
+			rc.lines[d] = merged
+		} else {
+			delete(rc.lines, d)
 		}
-		text = slices.Grow(text, size-len(text))
-		for i := range merged {
-			start := len(text)
-			text = append(text, merged[i].text...)
-			// The line now points into the family's text, so the buffer
-			// it was rendered into can go.
-			merged[i].text = text[start:len(text):len(text)]
-		}
-		rc.lines[d] = merged
-		out[d] = text
 	}
-	return out, nil
+	return rc.lines, nil
 }
 
 // rowsOnly runs a row pass through Exporter.run, for its panic recovery.
@@ -152,22 +153,62 @@ func (r rowsOnly) Update(s *index.Snapshot, _ time.Time, _ *emitter) error {
 	return nil
 }
 
-// ordered returns the label values in the family's label order.
-func ordered(d *Def, lvs []string) []string {
-	out := make([]string, len(lvs))
-	for j, i := range d.labelOrder() {
-		out[j] = lvs[i]
+// compareLines orders two lines of one family by their label values in
+// the family's label order (the order the line is written in), as Gather
+// sorts series: the values are read back from the text, unescaped.
+func compareLines(a, b line) int {
+	x, y := a.text, b.text
+	i := bytes.IndexByte(x, '{')
+	if i < 0 {
+		return 0 // no labels: one series
 	}
-	return out
+	j := i
+	for {
+		// At a label's name, the same in both: skip to its value.
+		i += bytes.Index(x[i:], []byte(`="`)) + 2
+		j += bytes.Index(y[j:], []byte(`="`)) + 2
+		for {
+			cx, nx, endx := valueByte(x, i)
+			cy, ny, endy := valueByte(y, j)
+			switch {
+			case endx && endy:
+			case endx:
+				return -1
+			case endy:
+				return 1
+			case cx != cy:
+				return cmp.Compare(cx, cy)
+			default:
+				i, j = nx, ny
+				continue
+			}
+			i, j = nx, ny
+			break
+		}
+		// After the closing quote: a comma and the next label, or the end.
+		if x[i] != ',' {
+			return 0
+		}
+		i++
+		j++
+	}
 }
 
-func compareLines(a, b line) int {
-	for i := range a.lvs {
-		if c := strings.Compare(a.lvs[i], b.lvs[i]); c != 0 {
-			return c
+// valueByte reads one unescaped byte of a label value at text[i]: the byte,
+// the position after it, and whether the value ended there (its closing
+// quote; the position is then after the quote).
+func valueByte(text []byte, i int) (byte, int, bool) {
+	switch c := text[i]; c {
+	case '"':
+		return 0, i + 1, true
+	case '\\':
+		if text[i+1] == 'n' {
+			return '\n', i + 2, false
 		}
+		return text[i+1], i + 2, false
+	default:
+		return c, i + 1, false
 	}
-	return 0
 }
 
 // sortLines sorts new lines by label values; a repeated label set (of one
@@ -196,7 +237,7 @@ func sortLines(ls []line) []line {
 	return out
 }
 
-// mergeLines merges two sorted runs of lines into a new slice.
+// mergeLines merges two sorted runs of lines; a is not written.
 func mergeLines(a, b []line) []line {
 	if len(b) == 0 {
 		return a

@@ -12,6 +12,7 @@ package collector
 import (
 	"bytes"
 	"cmp"
+	"io"
 	"math"
 	"slices"
 	"strconv"
@@ -28,10 +29,35 @@ type sample struct {
 	lvs []string
 }
 
-// Family is one family's exposition: its HELP and TYPE lines and series.
+// Family is one family's exposition: its HELP and TYPE lines and series,
+// in Text and then, for a family of rows, one line each.
 type Family struct {
-	Name string
-	Text []byte
+	Name  string
+	Text  []byte
+	lines []line
+}
+
+// WriteTo writes the family's exposition.
+func (f Family) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(f.Text)
+	total := int64(n)
+	for _, l := range f.lines {
+		if err != nil {
+			break
+		}
+		n, err = w.Write(l.text)
+		total += int64(n)
+	}
+	return total, err
+}
+
+// AppendTo appends the family's exposition to buf.
+func (f Family) AppendTo(buf []byte) []byte {
+	buf = append(buf, f.Text...)
+	for _, l := range f.lines {
+		buf = append(buf, l.text...)
+	}
+	return buf
 }
 
 // TextFamilies runs the collectors over one snapshot, as Collect does, and
@@ -96,7 +122,7 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	for _, i := range reused {
 		for _, d := range x.collectors[i].Defs() {
 			if t, ok := c.text[d]; ok {
-				out = append(out, Family{Name: d.Name, Text: t})
+				out = append(out, Family{Name: d.Name, Text: t, lines: c.lines[d]})
 			}
 		}
 	}

@@ -69,7 +69,7 @@ func TestTextMatchesGather(t *testing.T) {
 		var got []byte
 		for _, f := range x.TextFamilies(openMetrics) {
 			if f.Name != scrapeDuration.Name {
-				got = append(got, f.Text...)
+				got = f.AppendTo(got)
 			}
 		}
 		if !bytes.Equal(got, want.Bytes()) {

@@ -95,8 +95,10 @@ type textCache struct {
 	// owner is, per family, the one collector that lists it (nil where two
 	// do): only a family with a single owner is cached.
 	owner map[*Def]int
-	// rows are the row collectors' rendered rows (rows.go).
-	rows map[int]*rowCache
+	// rows are the row collectors' rendered rows (rows.go), and lines the
+	// series of their families, whose text holds the HELP and TYPE only.
+	rows  map[int]*rowCache
+	lines map[*Def][]line
 }
 
 // renderRows renders row collector i's changed rows over s and keeps its
@@ -108,12 +110,13 @@ func (c *textCache) renderRows(x *Exporter, i int, rowc rowCollector, s *index.S
 		rc = &rowCache{}
 		c.rows[i] = rc
 	}
-	texts, err := rc.render(x, rowc, s, c.om)
+	lines, err := rc.render(x, rowc, s, c.om)
 	if err != nil {
 		return err
 	}
-	for d, t := range texts {
-		c.store(d, t)
+	for d, ls := range lines {
+		c.text[d] = d.appendHeader(nil, c.om)
+		c.lines[d] = ls
 	}
 	c.done[i] = keptRun{version: s.Version()}
 	return nil
@@ -148,6 +151,7 @@ func (c *textCache) reset(x *Exporter, openMetrics bool) {
 	c.done = map[int]keptRun{}
 	c.text = map[*Def][]byte{}
 	c.rows = map[int]*rowCache{}
+	c.lines = map[*Def][]line{}
 }
 
 // reusable reports whether collector i's families from its last run still
@@ -163,6 +167,7 @@ func (c *textCache) reusable(x *Exporter, i int, s *index.Snapshot, now time.Tim
 		if c.owner[d] == i {
 			// A family the run leaves empty must not come back.
 			delete(c.text, d)
+			delete(c.lines, d)
 		}
 	}
 	return false

@@ -34,7 +34,7 @@ func text(x *Exporter, openMetrics bool) []byte {
 	var out []byte
 	for _, f := range x.TextFamilies(openMetrics) {
 		if f.Name != scrapeDuration.Name {
-			out = append(out, f.Text...)
+			out = f.AppendTo(out)
 		}
 	}
 	return out

@@ -97,7 +97,7 @@ func TestGolden(t *testing.T) {
 func fastText(exp *collector.Exporter, openMetrics bool) []byte {
 	var out []byte
 	for _, f := range exp.TextFamilies(openMetrics) {
-		out = append(out, f.Text...)
+		out = f.AppendTo(out)
 	}
 	return out
 }

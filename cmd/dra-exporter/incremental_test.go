@@ -95,7 +95,7 @@ func identity(n int) []int {
 func join(families []collector.Family) []byte {
 	var out []byte
 	for _, f := range families {
-		out = append(out, f.Text...)
+		out = f.AppendTo(out)
 	}
 	return out
 }

@@ -84,7 +84,7 @@ func writeFamilies(w io.Writer, gathered []*dto.MetricFamily, rendered []collect
 			i++
 			continue
 		}
-		if _, err := w.Write(rendered[j].Text); err != nil {
+		if _, err := rendered[j].WriteTo(w); err != nil {
 			return err
 		}
 		j++
