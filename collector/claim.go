@@ -47,18 +47,19 @@ func (c claimCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error
 	return nil
 }
 
-// eachRow: a claim's series read the claim and the devices it was
-// allocated (their node and GPU UUID).
+// eachRow: a claim's series read the claim (the row's key: an update
+// makes a new record) and the devices it was allocated (their node and GPU
+// UUID).
 func (claimCollector) eachRow(s *index.Snapshot, visit func(key any, inputs []any) *emitter) {
 	var inputs []any
 	for _, c := range s.Claims {
-		inputs = append(inputs[:0], c)
+		inputs = inputs[:0]
 		for _, r := range c.Results {
 			if d := s.Device(r.Device); d != nil {
 				inputs = append(inputs, d)
 			}
 		}
-		e := visit(c.Key, inputs)
+		e := visit(c, inputs)
 		if e == nil {
 			continue
 		}

@@ -125,16 +125,17 @@ func (c *deviceCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) err
 	return nil
 }
 
-// eachRow: a device's series read the device record and, for a shared
-// device (whose remaining capacity the claims decide), the snapshot's version.
+// eachRow: a device's series read the device record (the row's key: a
+// change makes a new record) and, for a shared device (whose remaining
+// capacity the claims decide), the snapshot's version.
 func (c *deviceCollector) eachRow(s *index.Snapshot, visit func(key any, inputs []any) *emitter) {
 	var inputs []any
 	for _, d := range s.Devices {
-		inputs = append(inputs[:0], d)
+		inputs = inputs[:0]
 		if d.Shareable {
 			inputs = append(inputs, s.Version())
 		}
-		e := visit(d.Key, inputs)
+		e := visit(d, inputs)
 		if e == nil {
 			continue
 		}

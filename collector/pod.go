@@ -63,8 +63,9 @@ func (c *podCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error 
 	return nil
 }
 
-// eachRow: a pod's series read the pod and its lane (which the classes
-// decide for extended resources).
+// eachRow: a pod's series read the pod (the row's key: an update makes a
+// new record) and its lane (which the classes decide for extended
+// resources).
 func (c *podCollector) eachRow(s *index.Snapshot, visit func(key any, inputs []any) *emitter) {
 	var inputs []any
 	for _, p := range s.Pods {
@@ -72,7 +73,7 @@ func (c *podCollector) eachRow(s *index.Snapshot, visit func(key any, inputs []a
 		if lane == "" || p.Terminal() {
 			continue
 		}
-		e := visit(p.Key, append(inputs[:0], p, lane))
+		e := visit(p, append(inputs[:0], lane))
 		if e == nil {
 			continue
 		}

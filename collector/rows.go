@@ -23,9 +23,10 @@ import (
 type rowCollector interface {
 	Collector
 	// eachRow calls visit once per row of s with the row's key (unique
-	// within the collector; comparable) and its inputs (comparable values:
-	// the records and computed values the row's series are a function of;
-	// the slice is read during the call only). visit returns nil when the
+	// within the collector and comparable: the object's record, which an
+	// update replaces) and its other inputs (comparable values: the other
+	// records and computed values the row's series are a function of; the
+	// slice is read during the call only). visit returns nil when the
 	// row is unchanged, else the emitter its series go to. Every series
 	// of a row carries labels that tell it from any other row's, so two
 	// rows never emit the same label set.

@@ -1,6 +1,7 @@
 package index
 
 import (
+	"maps"
 	"strings"
 	"sync"
 
@@ -11,14 +12,22 @@ import (
 
 // matchCache keeps the result of request selectors on a device across
 // snapshots. Devices are immutable records (a changed slice or class
-// membership replaces the record), so a result keyed by the record and the
-// selectors' expressions holds until the record goes: a scrape then
+// membership replaces the record), so a result keyed by the selectors'
+// expressions and the record holds until the record goes: a scrape then
 // evaluates CEL only for new devices and new selectors, not for every pod
-// blocked on every device each time. Entries of records no snapshot holds
-// any more are dropped when a snapshot is taken.
+// blocked on every device each time. Results are grouped by selectors, so
+// that a pass over a class's devices hashes the expressions once. Entries
+// of records no snapshot holds any more are dropped when a snapshot is
+// taken.
 type matchCache struct {
 	mu sync.Mutex
-	m  map[*Device]map[string]matchResult
+	m  map[string]*selectorMatches
+}
+
+// selectorMatches are one set of selectors' results, by device.
+type selectorMatches struct {
+	mu sync.Mutex
+	m  map[*Device]matchResult
 }
 
 type matchResult struct {
@@ -26,7 +35,7 @@ type matchResult struct {
 	err error
 }
 
-func newMatchCache() *matchCache { return &matchCache{m: map[*Device]map[string]matchResult{}} }
+func newMatchCache() *matchCache { return &matchCache{m: map[string]*selectorMatches{}} }
 
 // selectorsKey joins the selectors' expressions; "" for none.
 func selectorsKey(selectors []resourceapi.DeviceSelector) string {
@@ -42,23 +51,30 @@ func selectorsKey(selectors []resourceapi.DeviceSelector) string {
 	return b.String()
 }
 
-// match evaluates the selectors on the device, or returns the kept result.
-func (c *matchCache) match(m *celmatch.Matcher, key string, selectors []resourceapi.DeviceSelector, d *Device) (bool, error) {
+// of returns the results kept for the selectors with this key.
+func (c *matchCache) of(key string) *selectorMatches {
 	c.mu.Lock()
-	r, ok := c.m[d][key]
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	sm := c.m[key]
+	if sm == nil {
+		sm = &selectorMatches{m: map[*Device]matchResult{}}
+		c.m[key] = sm
+	}
+	return sm
+}
+
+// match evaluates the selectors on the device, or returns the kept result.
+func (sm *selectorMatches) match(m *celmatch.Matcher, selectors []resourceapi.DeviceSelector, d *Device) (bool, error) {
+	sm.mu.Lock()
+	r, ok := sm.m[d]
+	sm.mu.Unlock()
 	if ok {
 		return r.ok, r.err
 	}
 	r.ok, r.err = m.Match(selectors, celmatch.Device{Driver: d.Key.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
-	c.mu.Lock()
-	byKey := c.m[d]
-	if byKey == nil {
-		byKey = map[string]matchResult{}
-		c.m[d] = byKey
-	}
-	byKey[key] = r
-	c.mu.Unlock()
+	sm.mu.Lock()
+	sm.m[d] = r
+	sm.mu.Unlock()
 	return r.ok, r.err
 }
 
@@ -66,15 +82,20 @@ func (c *matchCache) match(m *celmatch.Matcher, key string, selectors []resource
 func (c *matchCache) retain(current []*Device) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.m) <= len(current) {
-		// Stale entries, if any, are fewer than the devices: bounded.
-		return
-	}
-	keep := make(map[*Device]map[string]matchResult, len(current))
-	for _, d := range current {
-		if r, ok := c.m[d]; ok {
-			keep[d] = r
+	var live map[*Device]bool
+	for _, sm := range c.m {
+		sm.mu.Lock()
+		if len(sm.m) > len(current) {
+			// Stale entries, if any, are fewer than the devices
+			// otherwise: bounded.
+			if live == nil {
+				live = make(map[*Device]bool, len(current))
+				for _, d := range current {
+					live[d] = true
+				}
+			}
+			maps.DeleteFunc(sm.m, func(d *Device, _ matchResult) bool { return !live[d] })
 		}
+		sm.mu.Unlock()
 	}
-	c.m = keep
 }

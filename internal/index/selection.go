@@ -195,13 +195,16 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 			errNodes[d.Node] = true
 		}
 	}
-	selKey := selectorsKey(selectors)
+	var kept *selectorMatches
+	if s.matches != nil && len(selectors) > 0 {
+		kept = s.matches.of(selectorsKey(selectors))
+	}
 	for _, d := range s.classDevices[class] {
 		if len(selectors) > 0 {
 			var match bool
 			var err error
-			if s.matches != nil {
-				match, err = s.matches.match(s.matcher, selKey, selectors, d)
+			if kept != nil {
+				match, err = kept.match(s.matcher, selectors, d)
 			} else {
 				match, err = s.matcher.Match(selectors, celmatch.Device{Driver: d.Key.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
 			}
