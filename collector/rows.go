@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"cmp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dra-exporter/dra-exporter/internal/index"
@@ -105,7 +106,7 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot, openM
 			gone++
 		}
 	}
-	added := map[*Def][]line{}
+	added := map[*Def][]newLine{}
 	var ends []int
 	for _, f := range fresh {
 		var buf []byte
@@ -116,7 +117,7 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot, openM
 		}
 		start := 0
 		for k, sm := range f.e.samples {
-			added[sm.def] = append(added[sm.def], line{text: buf[start:ends[k]:ends[k]], row: f.r})
+			added[sm.def] = append(added[sm.def], newLine{line{text: buf[start:ends[k]:ends[k]], row: f.r}, sm.lvs})
 			start = ends[k]
 		}
 	}
@@ -134,7 +135,7 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot, openM
 		if len(added[d]) == 0 && len(live) == len(kept) {
 			continue
 		}
-		if merged := mergeLines(live, sortLines(added[d])); len(merged) > 0 {
+		if merged := mergeLines(live, sortLines(d, added[d])); len(merged) > 0 {
 			rc.lines[d] = merged
 		} else {
 			delete(rc.lines, d)
@@ -212,48 +213,61 @@ func valueByte(text []byte, i int) (byte, int, bool) {
 	}
 }
 
+// newLine is a line rendered in this pass, with its label values.
+type newLine struct {
+	line
+	lvs []string
+}
+
 // sortLines sorts new lines by label values; a repeated label set (of one
 // row: rows never share one) keeps its first series, as Gather does.
-func sortLines(ls []line) []line {
+func sortLines(d *Def, ls []newLine) []line {
 	if len(ls) == 0 {
 		return nil
+	}
+	order := d.labelOrder()
+	compare := func(a, b []string) int {
+		for _, i := range order {
+			if c := strings.Compare(a[i], b[i]); c != 0 {
+				return c
+			}
+		}
+		return 0
 	}
 	pos := make([]int32, len(ls))
 	for i := range pos {
 		pos[i] = int32(i)
 	}
 	slices.SortFunc(pos, func(a, b int32) int {
-		if c := compareLines(ls[a], ls[b]); c != 0 {
+		if c := compare(ls[a].lvs, ls[b].lvs); c != 0 {
 			return c
 		}
 		return cmp.Compare(a, b)
 	})
 	out := make([]line, 0, len(ls))
 	for k, p := range pos {
-		if k > 0 && compareLines(ls[p], ls[pos[k-1]]) == 0 {
+		if k > 0 && compare(ls[p].lvs, ls[pos[k-1]].lvs) == 0 {
 			continue
 		}
-		out = append(out, ls[p])
+		out = append(out, ls[p].line)
 	}
 	return out
 }
 
-// mergeLines merges two sorted runs of lines; a is not written.
+// mergeLines merges two sorted runs of lines; a is not written. Each line
+// of b (the few that changed) finds its place in a by binary search, and
+// the runs of a between are copied whole.
 func mergeLines(a, b []line) []line {
 	if len(b) == 0 {
 		return a
 	}
 	out := make([]line, 0, len(a)+len(b))
-	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		if compareLines(b[j], a[i]) < 0 {
-			out = append(out, b[j])
-			j++
-		} else {
-			out = append(out, a[i])
-			i++
-		}
+	for _, l := range b {
+		// The first line of a after l (rows never share a label set).
+		n, _ := slices.BinarySearchFunc(a, l, compareLines)
+		out = append(out, a[:n]...)
+		out = append(out, l)
+		a = a[n:]
 	}
-	out = append(out, a[i:]...)
-	return append(out, b[j:]...)
+	return append(out, a...)
 }
