@@ -55,31 +55,35 @@ func HeldDevices(s *index.Snapshot) []Held {
 // wins.
 func deviceHealth(pod *corev1.Pod) map[index.DeviceKey]string {
 	var out map[index.DeviceKey]string
-	rank := map[string]int{"healthy": 1, "unknown": 2, "unhealthy": 3}
-	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
-		for _, rs := range cs.AllocatedResourcesStatus {
-			if !strings.HasPrefix(string(rs.Name), "claim:") {
-				continue // a device-plugin resource
-			}
-			for _, h := range rs.Resources {
-				id := string(h.ResourceID)
-				first, last := strings.Index(id, "/"), strings.LastIndex(id, "/")
-				if first <= 0 || last <= first {
-					continue
+	for _, list := range [2][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for i := range list {
+			for _, rs := range list[i].AllocatedResourcesStatus {
+				if !strings.HasPrefix(string(rs.Name), "claim:") {
+					continue // a device-plugin resource
 				}
-				k := index.DeviceKey{Driver: id[:first], Pool: id[first+1 : last], Device: id[last+1:]}
-				v := strings.ToLower(string(h.Health))
-				if rank[v] == 0 {
-					v = "unknown"
-				}
-				if out == nil {
-					out = map[index.DeviceKey]string{}
-				}
-				if rank[v] > rank[out[k]] {
-					out[k] = v
+				for _, h := range rs.Resources {
+					id := string(h.ResourceID)
+					first, last := strings.Index(id, "/"), strings.LastIndex(id, "/")
+					if first <= 0 || last <= first {
+						continue
+					}
+					k := index.DeviceKey{Driver: id[:first], Pool: id[first+1 : last], Device: id[last+1:]}
+					v := strings.ToLower(string(h.Health))
+					if healthRank[v] == 0 {
+						v = "unknown"
+					}
+					if out == nil {
+						out = map[index.DeviceKey]string{}
+					}
+					if healthRank[v] > healthRank[out[k]] {
+						out[k] = v
+					}
 				}
 			}
 		}
 	}
 	return out
 }
+
+// healthRank orders the kubelet's health words, the worst highest.
+var healthRank = map[string]int{"healthy": 1, "unknown": 2, "unhealthy": 3}
