@@ -126,7 +126,7 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot, openM
 		if len(added[d]) == 0 && gone == 0 && len(fresh) == 0 {
 			continue // nothing changed: the same slice
 		}
-		live := make([]line, 0, len(kept)+len(added[d]))
+		live := make([]line, 0, len(kept))
 		for _, l := range kept {
 			if l.row.seen == pass {
 				live = append(live, l)
