@@ -27,7 +27,7 @@ func (heldCollector) Name() string { return "held" }
 func (heldCollector) Defs() []*Def { return []*Def{heldDeviceHealth, heldDeviceTaint} }
 
 func (heldCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
-	for _, h := range classify.HeldDevices(s) {
+	for _, h := range classify.HeldWithSignal(s) {
 		p, c, d := h.Pod, h.Claim, h.Device
 		lvs := []string{p.Key.Namespace, p.Key.Name, string(p.UID), c.Key.Name, d.Key.Driver, d.Key.Pool, d.Key.Device, d.Node, d.GPUUUID}
 		if h.Health != "" {

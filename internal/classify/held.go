@@ -25,13 +25,25 @@ type Held struct {
 // HeldDevices lists, for every pod that is bound and has not finished, the
 // published devices of its allocated claims that are reserved for it
 // (admin-access results left out: they hold no device).
-func HeldDevices(s *index.Snapshot) []Held {
+func HeldDevices(s *index.Snapshot) []Held { return heldDevices(s, false) }
+
+// HeldWithSignal is HeldDevices without the devices that have neither a
+// health report nor a taint: what the held families show. Where no device
+// is tainted, a pod whose kubelet reports no device health is skipped
+// before its claims are resolved (most pods, on most clusters).
+func HeldWithSignal(s *index.Snapshot) []Held { return heldDevices(s, true) }
+
+func heldDevices(s *index.Snapshot, signalOnly bool) []Held {
 	var out []Held
+	tainted := s.AnyDeviceTaints()
 	for _, p := range s.Pods {
 		if p.Terminal() || p.Obj.Spec.NodeName == "" || !s.Owns(p.Key.Namespace) {
 			continue
 		}
 		health := deviceHealth(p.Obj)
+		if signalOnly && health == nil && !tainted {
+			continue
+		}
 		for _, pc := range s.ResolvePodClaims(p) {
 			c := pc.Claim
 			if c == nil || !c.Allocated() || !c.ReservedForPod(p) {
@@ -42,7 +54,11 @@ func HeldDevices(s *index.Snapshot) []Held {
 				if r.AdminAccess || d == nil {
 					continue
 				}
-				out = append(out, Held{Pod: p, Claim: c, Device: d, Health: health[r.Device], Taints: s.Taints(d)})
+				h := Held{Pod: p, Claim: c, Device: d, Health: health[r.Device], Taints: s.Taints(d)}
+				if signalOnly && h.Health == "" && len(h.Taints) == 0 {
+					continue
+				}
+				out = append(out, h)
 			}
 		}
 	}

@@ -238,6 +238,12 @@ type Taint struct {
 	Rule string
 }
 
+// AnyDeviceTaints reports whether a device may carry a taint: one of its
+// slice's, or a DeviceTaintRule's (any rule counts).
+func (s *Snapshot) AnyDeviceTaints() bool {
+	return s.sliceTaints || len(s.TaintRules) > 0
+}
+
 // Taints returns the device's taints: its slice's and those of every
 // DeviceTaintRule whose selector matches it (driver, pool and device; a rule
 // without a selector matches nothing, an empty selector every device).

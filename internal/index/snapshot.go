@@ -48,6 +48,7 @@ type Snapshot struct {
 	podEvents     map[Key][]*Event
 	classDevices  map[string][]*Device
 	classErrors   map[string][]*Device // devices a class's selectors failed on
+	sliceTaints   bool                 // a device has a taint of its slice
 	usage         map[DeviceKey]*deviceUsage
 	remaining     map[PoolKey]map[string]map[string]resource.Quantity
 	// overdrawn pools have a counter below zero: the allocator then gives
@@ -146,6 +147,9 @@ func (s *Snapshot) build() {
 	s.classDevices = make(map[string][]*Device, len(s.Classes))
 	for _, d := range s.Devices {
 		s.deviceByKey[d.Key] = d
+		if len(d.Taints) > 0 {
+			s.sliceTaints = true
+		}
 		for _, c := range d.Classes {
 			s.classDevices[c] = append(s.classDevices[c], d)
 		}
