@@ -95,6 +95,8 @@ func (u *deviceUsage) add(c *Claim, r Result) {
 // copies pointers; the joins are built afterwards. While nothing changed
 // since the last one (no Upsert or Delete), it returns that one: a snapshot
 // is read-only, and collectors may key what they rendered on its pointer.
+// The joins of the kinds that did not change since the last one are that
+// one's (read-only too): a new event rebuilds the event joins only.
 func (ix *Index) Snapshot() *Snapshot {
 	ix.snapMu.Lock()
 	defer ix.snapMu.Unlock()
@@ -103,48 +105,120 @@ func (ix *Index) Snapshot() *Snapshot {
 		ix.mu.RUnlock()
 		return ix.snap
 	}
-	s := &Snapshot{
-		version:         ix.version,
-		Classes:         slices.Collect(maps.Values(ix.classes)),
-		Devices:         slices.Collect(maps.Values(ix.devices)),
-		Claims:          slices.Collect(maps.Values(ix.claims)),
-		Pods:            slices.Collect(maps.Values(ix.pods)),
-		Nodes:           slices.Collect(maps.Values(ix.nodes)),
-		Events:          slices.Collect(maps.Values(ix.events)),
-		TaintRules:      slices.Collect(maps.Values(ix.taintRules)),
-		poolCounters:    make(map[PoolKey]map[string]map[string]resource.Quantity),
-		unreservedSince: maps.Clone(ix.unreservedSince),
-		devicePlugin:    ix.devicePlugin,
-		shard:           ix.shard,
-		matcher:         ix.matcher,
-		matches:         ix.matches,
-	}
-	for pk, p := range ix.pools {
-		if len(p.counters) > 0 {
-			s.poolCounters[pk] = p.counters
-		}
-		if p.problem != "" {
-			if s.poolProblems == nil {
-				s.poolProblems = map[PoolKey]string{}
-			}
-			s.poolProblems[pk] = p.problem
-		}
-	}
-	ix.mu.RUnlock()
-	s.build()
+	s := ix.snapshot(ix.snap)
 	ix.matches.retain(s.Devices)
 	ix.snap, ix.snapVersion = s, s.version
 	return s
 }
 
-func (s *Snapshot) build() {
+// SnapshotFromScratch is Snapshot without the last one's joins, for tests
+// that hold the two equal. It does not replace the kept snapshot.
+func (ix *Index) SnapshotFromScratch() *Snapshot {
+	ix.snapMu.Lock()
+	defer ix.snapMu.Unlock()
+	ix.mu.RLock()
+	return ix.snapshot(nil)
+}
+
+// snapshot copies the index, under ix.mu held for reading (released here),
+// and builds the joins, reusing prev's for the kinds unchanged since it.
+func (ix *Index) snapshot(prev *Snapshot) *Snapshot {
+	same := func(ks Kinds) bool { return prev != nil && ix.version.Unchanged(prev.version, ks) }
+	s := &Snapshot{
+		version:      ix.version,
+		TaintRules:   slices.Collect(maps.Values(ix.taintRules)),
+		devicePlugin: ix.devicePlugin,
+		shard:        ix.shard,
+		matcher:      ix.matcher,
+		matches:      ix.matches,
+	}
+	classes, devices := same(KindsOf(KindClass)), same(DeviceKinds)
+	claims, pods := same(KindsOf(KindClaim)), same(KindsOf(KindPod))
+	nodes, events := same(KindsOf(KindNode)), same(KindsOf(KindEvent))
+	if classes {
+		s.Classes, s.classByName = prev.Classes, prev.classByName
+	} else {
+		s.Classes = slices.Collect(maps.Values(ix.classes))
+	}
+	if devices {
+		s.Devices, s.deviceByKey, s.classDevices, s.classErrors, s.sliceTaints = prev.Devices, prev.deviceByKey, prev.classDevices, prev.classErrors, prev.sliceTaints
+		s.poolCounters, s.poolProblems = prev.poolCounters, prev.poolProblems
+	} else {
+		s.Devices = slices.Collect(maps.Values(ix.devices))
+		s.poolCounters = make(map[PoolKey]map[string]map[string]resource.Quantity)
+		for pk, p := range ix.pools {
+			if len(p.counters) > 0 {
+				s.poolCounters[pk] = p.counters
+			}
+			if p.problem != "" {
+				if s.poolProblems == nil {
+					s.poolProblems = map[PoolKey]string{}
+				}
+				s.poolProblems[pk] = p.problem
+			}
+		}
+	}
+	if claims {
+		s.Claims, s.claimsByKey, s.claimsByOwner, s.claimsByGroup, s.usage = prev.Claims, prev.claimsByKey, prev.claimsByOwner, prev.claimsByGroup, prev.usage
+		s.unreservedSince = prev.unreservedSince
+	} else {
+		s.Claims = slices.Collect(maps.Values(ix.claims))
+		s.unreservedSince = maps.Clone(ix.unreservedSince)
+	}
+	if pods {
+		s.Pods, s.podsByKey = prev.Pods, prev.podsByKey
+	} else {
+		s.Pods = slices.Collect(maps.Values(ix.pods))
+	}
+	if nodes {
+		s.Nodes, s.nodesByName = prev.Nodes, prev.nodesByName
+	} else {
+		s.Nodes = slices.Collect(maps.Values(ix.nodes))
+	}
+	if events {
+		s.Events, s.podEvents = prev.Events, prev.podEvents
+	} else {
+		s.Events = slices.Collect(maps.Values(ix.events))
+	}
+	ix.mu.RUnlock()
+	if !classes {
+		s.buildClasses()
+	}
+	if !devices {
+		s.buildDevices()
+	}
+	if !claims {
+		s.buildClaims()
+	}
+	if !pods {
+		s.buildPods()
+	}
+	if !nodes {
+		s.buildNodes()
+	}
+	if !events {
+		s.buildEvents()
+	}
+	if devices && claims {
+		s.remaining, s.overdrawn, s.counterUsers = prev.remaining, prev.overdrawn, prev.counterUsers
+	} else {
+		s.computeRemainingCounters()
+	}
+	s.selectorMemo = map[string]*Selection{}
+	return s
+}
+
+func (s *Snapshot) buildClasses() {
 	slices.SortFunc(s.Classes, func(a, b *Class) int { return strings.Compare(a.Name, b.Name) })
 	s.classByName = make(map[string]*Class, len(s.Classes))
 	for _, c := range s.Classes {
 		s.classByName[c.Name] = c
 	}
+}
+
+func (s *Snapshot) buildDevices() {
 	s.deviceByKey = make(map[DeviceKey]*Device, len(s.Devices))
-	s.classDevices = make(map[string][]*Device, len(s.Classes))
+	s.classDevices = map[string][]*Device{}
 	for _, d := range s.Devices {
 		s.deviceByKey[d.Key] = d
 		if len(d.Taints) > 0 {
@@ -160,6 +234,9 @@ func (s *Snapshot) build() {
 			s.classErrors[c] = append(s.classErrors[c], d)
 		}
 	}
+}
+
+func (s *Snapshot) buildClaims() {
 	s.claimsByKey = make(map[Key]*Claim, len(s.Claims))
 	s.claimsByOwner = map[types.UID][]*Claim{}
 	s.usage = map[DeviceKey]*deviceUsage{}
@@ -187,20 +264,27 @@ func (s *Snapshot) build() {
 			u.add(c, r)
 		}
 	}
+}
+
+func (s *Snapshot) buildPods() {
 	s.podsByKey = make(map[Key]*Pod, len(s.Pods))
 	for _, p := range s.Pods {
 		s.podsByKey[p.Key] = p
 	}
+}
+
+func (s *Snapshot) buildNodes() {
 	s.nodesByName = make(map[string]*Node, len(s.Nodes))
 	for _, n := range s.Nodes {
 		s.nodesByName[n.Name] = n
 	}
+}
+
+func (s *Snapshot) buildEvents() {
 	s.podEvents = map[Key][]*Event{}
 	for _, e := range s.Events {
 		s.podEvents[e.Pod] = append(s.podEvents[e.Pod], e)
 	}
-	s.computeRemainingCounters()
-	s.selectorMemo = map[string]*Selection{}
 }
 
 // Owns reports whether the namespace belongs to the exporter's shard (always,
