@@ -132,6 +132,8 @@ func (ix *Index) snapshot(prev *Snapshot) *Snapshot {
 		matcher:      ix.matcher,
 		matches:      ix.matches,
 	}
+	// The joins of the changed kinds, built once the lock is released.
+	var builds []func()
 	classes, devices := same(KindsOf(KindClass)), same(DeviceKinds)
 	claims, pods := same(KindsOf(KindClaim)), same(KindsOf(KindPod))
 	nodes, events := same(KindsOf(KindNode)), same(KindsOf(KindEvent))
@@ -139,12 +141,14 @@ func (ix *Index) snapshot(prev *Snapshot) *Snapshot {
 		s.Classes, s.classByName = prev.Classes, prev.classByName
 	} else {
 		s.Classes = slices.Collect(maps.Values(ix.classes))
+		builds = append(builds, s.buildClasses)
 	}
 	if devices {
 		s.Devices, s.deviceByKey, s.classDevices, s.classErrors, s.sliceTaints = prev.Devices, prev.deviceByKey, prev.classDevices, prev.classErrors, prev.sliceTaints
 		s.poolCounters, s.poolProblems = prev.poolCounters, prev.poolProblems
 	} else {
 		s.Devices = slices.Collect(maps.Values(ix.devices))
+		builds = append(builds, s.buildDevices)
 		s.poolCounters = make(map[PoolKey]map[string]map[string]resource.Quantity)
 		for pk, p := range ix.pools {
 			if len(p.counters) > 0 {
@@ -163,41 +167,30 @@ func (ix *Index) snapshot(prev *Snapshot) *Snapshot {
 		s.unreservedSince = prev.unreservedSince
 	} else {
 		s.Claims = slices.Collect(maps.Values(ix.claims))
+		builds = append(builds, s.buildClaims)
 		s.unreservedSince = maps.Clone(ix.unreservedSince)
 	}
 	if pods {
 		s.Pods, s.podsByKey = prev.Pods, prev.podsByKey
 	} else {
 		s.Pods = slices.Collect(maps.Values(ix.pods))
+		builds = append(builds, s.buildPods)
 	}
 	if nodes {
 		s.Nodes, s.nodesByName = prev.Nodes, prev.nodesByName
 	} else {
 		s.Nodes = slices.Collect(maps.Values(ix.nodes))
+		builds = append(builds, s.buildNodes)
 	}
 	if events {
 		s.Events, s.podEvents = prev.Events, prev.podEvents
 	} else {
 		s.Events = slices.Collect(maps.Values(ix.events))
+		builds = append(builds, s.buildEvents)
 	}
 	ix.mu.RUnlock()
-	if !classes {
-		s.buildClasses()
-	}
-	if !devices {
-		s.buildDevices()
-	}
-	if !claims {
-		s.buildClaims()
-	}
-	if !pods {
-		s.buildPods()
-	}
-	if !nodes {
-		s.buildNodes()
-	}
-	if !events {
-		s.buildEvents()
+	for _, build := range builds {
+		build()
 	}
 	if devices && claims {
 		s.remaining, s.overdrawn, s.counterUsers = prev.remaining, prev.overdrawn, prev.counterUsers
