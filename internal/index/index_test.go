@@ -1213,3 +1213,43 @@ func TestVersionCountsChangesByKind(t *testing.T) {
 		t.Error("versions of two indexes compare equal")
 	}
 }
+
+// TestPlacementLeavesOutReadinessAndDeviceStatus checks which writes count
+// as a change of placement: a readiness flip and a driver's device status
+// do not (only the pod's and the claim's own series read them), a priority
+// or a reservation does.
+func TestPlacementLeavesOutReadinessAndDeviceStatus(t *testing.T) {
+	at := time.Unix(1e9, 0)
+	pod := Running(Bound(WithClaimStatus(WithTemplateClaim(Pod("llm-0", "uid-llm-0"), "gpu", "gpu-tmpl"), "gpu", "llm-0-gpu"), "node-1"))
+	claim := ReservedFor(Allocated(OwnedBy(Claim("llm-0-gpu", "uid-c", Request("gpu", "gpu.nvidia.com")), pod, "gpu"), "node-1", at, Result("gpu", "node-1", "gpu-0")), pod)
+	ix := Build(t, index.Config{}, GPUClass(), Node("node-1", 0), Slice("node-1-gpus", "node-1", 1, GPUDevice("gpu-0", "GPU-0")), pod, claim)
+	step := func(what string, obj any, placement bool) {
+		t.Helper()
+		before := ix.Snapshot().Version()
+		Upsert(t, ix, obj, true)
+		after := ix.Snapshot().Version()
+		if after.Unchanged(before, index.KindsOf(index.KindClaim, index.KindPod)) {
+			t.Fatalf("%s: no claim or pod change counted", what)
+		}
+		if got := !after.Unchanged(before, index.KindsOf(index.KindPlacement)); got != placement {
+			t.Errorf("%s: placement changed = %v, want %v", what, got, placement)
+		}
+	}
+	ready := Ready(pod.DeepCopy())
+	step("pod turns Ready", ready, false)
+	restarted := ready.DeepCopy()
+	restarted.Status.ContainerStatuses = append(restarted.Status.ContainerStatuses, corev1.ContainerStatus{Name: "main", RestartCount: 3})
+	step("a container restarts", restarted, false)
+	status := claim.DeepCopy()
+	status.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: "gpu.nvidia.com", Pool: "node-1", Device: "gpu-0",
+		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Prepared", LastTransitionTime: metav1.NewTime(at)}}}}
+	step("the driver reports device status", status, false)
+	priority := restarted.DeepCopy()
+	priority.Spec.Priority = Ptr(int32(100))
+	step("the pod's priority changes", priority, true)
+	unreserved := status.DeepCopy()
+	unreserved.Status.ReservedFor = nil
+	step("the claim is unreserved", unreserved, true)
+	finished := Finished(priority.DeepCopy(), corev1.PodSucceeded)
+	step("the pod finishes", finished, true)
+}

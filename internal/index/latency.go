@@ -173,7 +173,7 @@ func (t *latencyTracker) release(c *Claim, now time.Time) *claimRelease {
 
 // podEnded records the end of a pod for every claim reserved for it.
 func (t *latencyTracker) podEnded(ix *Index, uid types.UID, now time.Time) {
-	for key := range ix.claimsByReservedPod[uid] {
+	for _, key := range ix.claimsByReservedPod[uid] {
 		if c := ix.claims[key]; c != nil {
 			rel := t.release(c, now)
 			if _, ok := rel.podEnds[uid]; !ok {

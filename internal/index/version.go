@@ -3,6 +3,9 @@ package index
 import (
 	"sync/atomic"
 
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -23,6 +26,15 @@ const (
 	KindNode
 	KindEvent
 	KindTaintRule
+	// KindPlacement counts the changes of claims and pods in what one
+	// object tells about the others: where devices are allocated, whom a
+	// claim is reserved for, where a pod runs, its priority, phase and
+	// requests. Every claim or pod change is one, except a change of a
+	// claim's status.devices (the driver's device status) or of a pod's
+	// conditions and container statuses (readiness, restarts, the
+	// kubelet's device health): the most frequent writes of a running
+	// cluster, which only that claim's and that pod's own series read.
+	KindPlacement
 	kindCount
 )
 
@@ -42,6 +54,32 @@ func KindsOf(ks ...Kind) Kinds {
 		set |= 1 << k
 	}
 	return set
+}
+
+// samePlacement reports whether two claims, or two pods, of the same
+// content but for the fields KindPlacement leaves out are the same.
+func samePlacement(a, b any) bool {
+	switch a := a.(type) {
+	case *resourceapi.ResourceClaim:
+		b, ok := b.(*resourceapi.ResourceClaim)
+		if !ok || b == nil || a == nil {
+			return false
+		}
+		ac, bc := *a, *b
+		ac.Status.Devices, bc.Status.Devices = nil, nil
+		return sameContent(&ac, &bc)
+	case *corev1.Pod:
+		b, ok := b.(*corev1.Pod)
+		if !ok || b == nil || a == nil {
+			return false
+		}
+		ac, bc := *a, *b
+		for _, p := range []*corev1.Pod{&ac, &bc} {
+			p.Status.Conditions, p.Status.ContainerStatuses, p.Status.InitContainerStatuses = nil, nil, nil
+		}
+		return sameContent(&ac, &bc)
+	}
+	return false
 }
 
 // Version is where an index stood when a snapshot was taken: the changes
