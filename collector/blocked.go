@@ -17,16 +17,20 @@ var podLowerPriorityHolders = newDef("dra_pod_lower_priority_holders", typeGauge
 	"namespace", "pod", "pod_uid", "claim", "device_class").
 	doc("The scheduler does not preempt pods to free DRA devices, so preemption will not help such a pod: a device must be freed by hand or by a queue. Only for pods blocked with reason capacity_exhausted that have such holders.")
 
-type blockedCollector struct{}
+type blockedCollector struct {
+	// verdicts keeps the last verdicts: a scrape walks the tree only for
+	// the pods whose inputs changed.
+	verdicts *classify.Verdicts
+}
 
 // NewBlockedCollector exports the blocked-pod classification.
-func NewBlockedCollector() Collector { return blockedCollector{} }
+func NewBlockedCollector() Collector { return blockedCollector{verdicts: &classify.Verdicts{}} }
 
 func (blockedCollector) Name() string { return "blocked" }
 func (blockedCollector) Defs() []*Def { return []*Def{podBlocked, podLowerPriorityHolders} }
 
-func (blockedCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
-	for _, v := range classify.Blocked(s) {
+func (c blockedCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+	for _, v := range c.verdicts.Blocked(s) {
 		p := v.Pod
 		e.gauge(podBlocked, 1, p.Key.Namespace, p.Key.Name, string(p.UID), v.Claim, v.DeviceClass, v.Node, v.Device, string(v.Layer), string(v.Reason))
 		if v.LowerPriorityHolders > 0 {

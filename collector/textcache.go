@@ -51,20 +51,27 @@ func (claimCollector) reads() index.Kinds {
 	return index.DeviceKinds | index.KindsOf(index.KindClaim)
 }
 func (conflictCollector) reads() index.Kinds {
-	return index.DeviceKinds | index.KindsOf(index.KindClaim)
+	return index.DeviceKinds | index.KindsOf(index.KindPlacement)
 }
 func (*deviceCollector) reads() index.Kinds {
 	return index.DeviceKinds | index.KindsOf(index.KindClaim)
 }
 func (deviceClassCollector) reads() index.Kinds {
-	return index.AllKinds &^ index.KindsOf(index.KindEvent) // free devices on unusable nodes
+	return capacityReads // free devices on unusable nodes
 }
 func (heldCollector) reads() index.Kinds {
 	return index.DeviceKinds | index.KindsOf(index.KindClaim, index.KindPod)
 }
-func (laneCollector) reads() index.Kinds { return index.AllKinds &^ index.KindsOf(index.KindEvent) }
+func (laneCollector) reads() index.Kinds { return capacityReads }
 func (*podCollector) reads() index.Kinds { return index.KindsOf(index.KindPod, index.KindClass) }
-func (leakCollector) reads() index.Kinds { return index.KindsOf(index.KindClaim, index.KindPod) }
+func (leakCollector) reads() index.Kinds {
+	return index.DeviceKinds | index.KindsOf(index.KindPlacement) // a device's node
+}
+
+// capacityReads are what the capacity families read: devices, nodes, and
+// where claims and pods hold devices, not a pod's readiness or a driver's
+// device status (index.KindPlacement).
+const capacityReads = index.DeviceKinds | 1<<index.KindNode | 1<<index.KindPlacement
 
 // reads returns the kinds collector c's series are derived from.
 func reads(c Collector) index.Kinds {

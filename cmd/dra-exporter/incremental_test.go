@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/index"
@@ -67,6 +71,18 @@ func TestKeptFamiliesMatchAFreshScrape(t *testing.T) {
 				}
 				check("upserting", obj)
 			}
+			// Writes to objects already there: the frequent ones that
+			// change no placement (readiness, a driver's device status),
+			// then ones that do, then the object as it was.
+			for _, i := range order {
+				for _, obj := range append(rewrites(objs[i]), objs[i]) {
+					obj = trimmer.Trim(obj)
+					if err := ix.Upsert(obj, true); err != nil {
+						t.Fatal(err)
+					}
+					check("rewriting", obj)
+				}
+			}
 			for j := len(order) - 1; j >= 0; j-- {
 				obj := trimmer.Trim(objs[order[j]])
 				if err := ix.Delete(obj); err != nil {
@@ -77,6 +93,73 @@ func TestKeptFamiliesMatchAFreshScrape(t *testing.T) {
 		}
 	}
 	t.Logf("%d scrapes compared", steps)
+}
+
+// rewrites returns changed copies of a pod or a claim: readiness flipped
+// and a device status written (KindPlacement does not count them), then a
+// change that moves what other objects read (priority, a reservation).
+func rewrites(obj any) []any {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		// Containers started, readiness as it was.
+		started := o.DeepCopy()
+		for i := range started.Status.ContainerStatuses {
+			cs := &started.Status.ContainerStatuses[i]
+			cs.Started = ptr.To(true)
+			cs.State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(time.Unix(1e9, 0))}}
+		}
+		ready := o.DeepCopy()
+		flipped := corev1.ConditionTrue
+		if podReady(o) {
+			flipped = corev1.ConditionFalse
+		}
+		ready.Status.Conditions = append(slices.DeleteFunc(ready.Status.Conditions, func(c corev1.PodCondition) bool {
+			return c.Type == corev1.PodReady || c.Type == corev1.ContainersReady
+		}), corev1.PodCondition{Type: corev1.PodReady, Status: flipped}, corev1.PodCondition{Type: corev1.ContainersReady, Status: flipped})
+		for i := range ready.Status.ContainerStatuses {
+			ready.Status.ContainerStatuses[i].Ready = flipped == corev1.ConditionTrue
+			ready.Status.ContainerStatuses[i].RestartCount++
+		}
+		priority := ready.DeepCopy()
+		priority.Spec.Priority = ptr.To(int32(1_000_000))
+		return []any{started, ready, priority}
+	case *resourceapi.ResourceClaim:
+		status := o.DeepCopy()
+		if status.Status.Allocation == nil {
+			return nil
+		}
+		// Every device reported ready, its binding conditions met.
+		status.Status.Devices = nil
+		for _, r := range status.Status.Allocation.Devices.Results {
+			conds := []metav1.Condition{{Type: "Ready"}}
+			for _, b := range r.BindingConditions {
+				conds = append(conds, metav1.Condition{Type: b})
+			}
+			for i := range conds {
+				conds[i].Status, conds[i].Reason, conds[i].LastTransitionTime = metav1.ConditionTrue, "Done", metav1.NewTime(time.Unix(1e9, 0))
+			}
+			status.Status.Devices = append(status.Status.Devices, resourceapi.AllocatedDeviceStatus{
+				Driver: r.Driver, Pool: r.Pool, Device: r.Device, Conditions: conds,
+			})
+		}
+		out := []any{status}
+		if n := len(o.Status.ReservedFor); n > 0 {
+			unreserved := status.DeepCopy()
+			unreserved.Status.ReservedFor = unreserved.Status.ReservedFor[:n-1]
+			out = append(out, unreserved)
+		}
+		return out
+	}
+	return nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // scratch hands out snapshots built without the last one's joins.

@@ -346,6 +346,12 @@ func (s *Snapshot) PodEvents(p *Pod) []*Event {
 	return out
 }
 
+// PodEventRecords returns the events held under the pod's name, as the
+// snapshot holds them (unsorted, other UIDs included): to tell whether a
+// pod's evidence changed between two snapshots, not to read. The slice must
+// not be modified.
+func (s *Snapshot) PodEventRecords(p *Pod) []*Event { return s.podEvents[p.Key] }
+
 // UnreservedSince returns since when an allocated claim has reserved
 // nobody: when the exporter saw it happen, else (a file, or a restart) the
 // allocation time, else the claim's creation.

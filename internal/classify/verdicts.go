@@ -1,0 +1,74 @@
+package classify
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
+
+// Verdicts keeps the verdicts of the last Blocked call, so that the next
+// one walks the tree again only for the pods whose verdict can have
+// changed. A pod's verdict reads three things: the pod itself, its claims
+// and the events about it, which are compared record by record (a changed
+// object is a new record), and the rest of the cluster (devices, classes,
+// nodes, and where the other claims and pods hold devices), which is
+// compared by version: any change of a class, slice, taint rule or node, or
+// a change of placement (index.KindPlacement) of any claim or pod, walks
+// every pod again. A readiness flip, a driver's device status or a new
+// event walks only the pods they are about.
+//
+// The zero value is ready; it is safe for concurrent use. The verdicts are
+// the same as Blocked's.
+type Verdicts struct {
+	mu      sync.Mutex
+	version index.Version
+	last    map[index.Key]keptVerdict
+	// walks counts the walks of the tree, for tests.
+	walks int
+}
+
+// world are the kinds every verdict reads: all but a pod's, its claims' and
+// its events' own records, which are compared one by one.
+const world = index.AllKinds &^ (1<<index.KindClaim | 1<<index.KindPod | 1<<index.KindEvent)
+
+type keptVerdict struct {
+	pod    *index.Pod
+	claims []index.PodClaim
+	events []*index.Event
+	v      Verdict
+}
+
+func (k *keptVerdict) holds(p *index.Pod, claims []index.PodClaim, events []*index.Event) bool {
+	return k.pod == p && slices.Equal(k.claims, claims) && slices.Equal(k.events, events)
+}
+
+// Blocked returns Blocked(s), walking the tree only for the pods whose
+// inputs changed since the last call.
+func (m *Verdicts) Blocked(s *index.Snapshot) []Verdict {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	last := m.last
+	if !s.Version().Unchanged(m.version, world) {
+		last = nil
+	}
+	next := make(map[index.Key]keptVerdict, len(last))
+	var out []Verdict
+	for _, p := range s.Pods {
+		if p.Ready() || p.Terminal() || p.Obj.DeletionTimestamp != nil || !s.Owns(p.Key.Namespace) {
+			continue
+		}
+		claims, events := s.ResolvePodClaims(p), s.PodEventRecords(p)
+		k, ok := last[p.Key]
+		if !ok || !k.holds(p, claims, events) {
+			k = keptVerdict{pod: p, claims: claims, events: events, v: classifyPod(s, p, false)}
+			m.walks++
+		}
+		next[p.Key] = k
+		if k.v.Blocked {
+			out = append(out, k.v)
+		}
+	}
+	m.version, m.last = s.Version(), next
+	return out
+}
