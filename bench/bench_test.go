@@ -242,13 +242,13 @@ func BenchmarkClassify(b *testing.B) {
 // are rendered each time).
 func BenchmarkScrape(b *testing.B) { benchmarkScrape(b, clusterCollectors(), nil) }
 
-// BenchmarkScrapeAfterChange changes one object of a kind before every
-// scrape (claim, pod, event: the last of that kind the generator made; its
-// generation alternates), as an informer update does: the index takes a new snapshot and the
+// BenchmarkScrapeAfterChange changes one object before every scrape
+// (changeOf: claim, pod, event, pod-ready, claim-status), as an informer
+// update does: the index takes a new snapshot and the
 // collectors that read that kind render again; the others write their
 // families from the last scrape.
 func BenchmarkScrapeAfterChange(b *testing.B) {
-	benchmarkScrape(b, clusterCollectors(), []string{"claim", "pod", "event"})
+	benchmarkScrape(b, clusterCollectors(), []string{"claim", "pod", "event", "pod-ready", "claim-status"})
 }
 
 // BenchmarkScrapeExceptBlocked is BenchmarkScrapeAfterChange/claim without
@@ -264,24 +264,65 @@ func BenchmarkScrapeExceptBlocked(b *testing.B) {
 	benchmarkScrape(b, cs, []string{"claim"})
 }
 
-// lastOfKind returns the last object of the kind in objs.
-func lastOfKind(b *testing.B, objs []any, kind string) any {
-	for i := len(objs) - 1; i >= 0; i-- {
-		var ok bool
-		switch kind {
-		case "claim":
-			_, ok = objs[i].(*resourceapi.ResourceClaim)
-		case "pod":
-			_, ok = objs[i].(*corev1.Pod)
-		case "event":
-			_, ok = objs[i].(*corev1.Event)
-		}
-		if ok {
-			return objs[i]
+// changeOf returns the last object of the kind the generator made and a
+// changed copy of it: for claim, pod and event one generation on (a change
+// of placement for claims and pods, index.KindPlacement); for pod-ready
+// the last Ready pod's readiness flipped, for claim-status the last
+// allocated claim's device status written by its driver (the most frequent
+// writes of a running cluster, which change no placement).
+func changeOf(b *testing.B, objs []any, kind string) (obj, changed any) {
+	for i := len(objs) - 1; i >= 0 && obj == nil; i-- {
+		switch o := objs[i].(type) {
+		case *resourceapi.ResourceClaim:
+			switch {
+			case kind == "claim":
+				obj = o
+			case kind == "claim-status" && o.Status.Allocation != nil:
+				c := o.DeepCopy()
+				for _, r := range c.Status.Allocation.Devices.Results {
+					c.Status.Devices = append(c.Status.Devices, resourceapi.AllocatedDeviceStatus{Driver: r.Driver, Pool: r.Pool, Device: r.Device,
+						Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Prepared", LastTransitionTime: metav1.NewTime(time.Unix(1e9, 0))}}})
+				}
+				obj, changed = o, c
+			}
+		case *corev1.Pod:
+			switch {
+			case kind == "pod":
+				obj = o
+			case kind == "pod-ready" && podReady(o):
+				p := o.DeepCopy()
+				for j, c := range p.Status.Conditions {
+					if c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+						p.Status.Conditions[j].Status = corev1.ConditionFalse
+					}
+				}
+				obj, changed = o, p
+			}
+		case *corev1.Event:
+			if kind == "event" {
+				obj = o
+			}
 		}
 	}
-	b.Fatalf("no %s in the cluster", kind)
-	return nil
+	if obj == nil {
+		b.Fatalf("no %s in the cluster", kind)
+	}
+	if changed == nil {
+		next := obj.(kruntime.Object).DeepCopyObject()
+		m := next.(metav1.Object)
+		m.SetGeneration(m.GetGeneration() + 1)
+		changed = next
+	}
+	return obj, changed
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // benchmarkScrape scrapes each size: with no kinds, an unchanged index;
@@ -294,14 +335,14 @@ func benchmarkScrape(b *testing.B, collectors []collector.Collector, kinds []str
 			g.check(b, size.claims)
 			f := load(b, size.claims)
 			if len(kinds) == 0 {
-				scrapeLoop(b, f, collectors, nil)
+				scrapeLoop(b, f, collectors, [2]any{})
 				g.record(b, size.claims)
 				return
 			}
 			for i, kind := range kinds {
-				obj := lastOfKind(b, f.objs, kind)
+				obj, changed := changeOf(b, f.objs, kind)
 				b.Run(kind, func(b *testing.B) {
-					scrapeLoop(b, f, collectors, obj)
+					scrapeLoop(b, f, collectors, [2]any{changed, obj})
 					if i == 0 {
 						g.record(b, size.claims)
 					}
@@ -311,9 +352,10 @@ func benchmarkScrape(b *testing.B, collectors []collector.Collector, kinds []str
 	}
 }
 
-// scrapeLoop times scrapes of the fixture's index; change, when set, is
-// upserted before each.
-func scrapeLoop(b *testing.B, f *fixture, collectors []collector.Collector, change any) {
+// scrapeLoop times scrapes of the fixture's index; the versions of the
+// changed object, when set, take turns before each (a change of content:
+// the index leaves out a write that changes nothing it holds).
+func scrapeLoop(b *testing.B, f *fixture, collectors []collector.Collector, versions [2]any) {
 	ix := f.index(b)
 	exp := collector.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), collectors...)
 	var res scrapeResult
@@ -323,18 +365,9 @@ func scrapeLoop(b *testing.B, f *fixture, collectors []collector.Collector, chan
 	if _, err := scrape(exp); err != nil {
 		b.Fatal(err)
 	}
-	// The object and a copy one generation on take turns: a change of
-	// content (the index leaves out a write that changes nothing it holds).
-	var versions [2]any
-	if change != nil {
-		next := change.(kruntime.Object).DeepCopyObject()
-		m := next.(metav1.Object)
-		m.SetGeneration(m.GetGeneration() + 1)
-		versions = [2]any{next, change}
-	}
 	k := 0
 	for b.Loop() {
-		if change != nil {
+		if versions[0] != nil {
 			if err := ix.Upsert(versions[k%2], true); err != nil {
 				b.Fatal(err)
 			}
