@@ -1,6 +1,7 @@
 package classify
 
 import (
+	"maps"
 	"slices"
 	"sync"
 
@@ -23,7 +24,8 @@ import (
 type Verdicts struct {
 	mu      sync.Mutex
 	version index.Version
-	last    map[index.Key]keptVerdict
+	kept    map[index.Key]*keptVerdict
+	calls   uint64
 	// walks counts the walks of the tree, for tests.
 	walks int
 }
@@ -37,10 +39,8 @@ type keptVerdict struct {
 	claims []index.PodClaim
 	events []*index.Event
 	v      Verdict
-}
-
-func (k *keptVerdict) holds(p *index.Pod, claims []index.PodClaim, events []*index.Event) bool {
-	return k.pod == p && slices.Equal(k.claims, claims) && slices.Equal(k.events, events)
+	// call is the last call that saw the pod.
+	call uint64
 }
 
 // Blocked returns Blocked(s), walking the tree only for the pods whose
@@ -48,27 +48,41 @@ func (k *keptVerdict) holds(p *index.Pod, claims []index.PodClaim, events []*ind
 func (m *Verdicts) Blocked(s *index.Snapshot) []Verdict {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	last := m.last
-	if !s.Version().Unchanged(m.version, world) {
-		last = nil
+	if m.kept == nil || !s.Version().Unchanged(m.version, world) {
+		m.kept = map[index.Key]*keptVerdict{}
 	}
-	next := make(map[index.Key]keptVerdict, len(last))
+	// Without a claim change a pod that is the same record resolves to
+	// the same claims.
+	claimsSame := s.Version().Unchanged(m.version, index.KindsOf(index.KindClaim))
+	m.calls++
+	seen := 0
 	var out []Verdict
 	for _, p := range s.Pods {
 		if p.Ready() || p.Terminal() || p.Obj.DeletionTimestamp != nil || !s.Owns(p.Key.Namespace) {
 			continue
 		}
-		claims, events := s.ResolvePodClaims(p), s.PodEventRecords(p)
-		k, ok := last[p.Key]
-		if !ok || !k.holds(p, claims, events) {
-			k = keptVerdict{pod: p, claims: claims, events: events, v: classifyPod(s, p, false)}
+		seen++
+		events := s.PodEventRecords(p)
+		k := m.kept[p.Key]
+		switch {
+		case k != nil && k.pod == p && claimsSame && slices.Equal(k.events, events):
+		default:
+			claims := s.ResolvePodClaims(p)
+			if k != nil && k.pod == p && slices.Equal(k.claims, claims) && slices.Equal(k.events, events) {
+				break
+			}
+			k = &keptVerdict{pod: p, claims: claims, events: events, v: classifyPod(s, p, false)}
+			m.kept[p.Key] = k
 			m.walks++
 		}
-		next[p.Key] = k
+		k.call = m.calls
 		if k.v.Blocked {
 			out = append(out, k.v)
 		}
 	}
-	m.version, m.last = s.Version(), next
+	if len(m.kept) > seen {
+		maps.DeleteFunc(m.kept, func(_ index.Key, k *keptVerdict) bool { return k.call != m.calls })
+	}
+	m.version = s.Version()
 	return out
 }

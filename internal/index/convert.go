@@ -96,6 +96,7 @@ func newPod(obj *corev1.Pod) *Pod {
 		Key:              Key{obj.Namespace, obj.Name},
 		UID:              obj.UID,
 		ExtendedRequests: extendedRequests(obj),
+		ready:            podCondition(obj, corev1.PodReady) == corev1.ConditionTrue,
 	}
 }
 

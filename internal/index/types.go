@@ -234,6 +234,10 @@ type Pod struct {
 	// ExtendedRequests are the pod's effective requests of extended
 	// resources (sum over containers, or the largest init container).
 	ExtendedRequests map[string]int64
+
+	// ready is the Ready condition, read once: every scrape asks it of
+	// every pod.
+	ready bool
 }
 
 // Priority is spec.priority (set from the PriorityClass at admission; 0
@@ -259,7 +263,7 @@ func (p *Pod) Terminal() bool {
 }
 
 // Ready reports whether the pod's Ready condition is true.
-func (p *Pod) Ready() bool { return podCondition(p.Obj, corev1.PodReady) == corev1.ConditionTrue }
+func (p *Pod) Ready() bool { return p.ready }
 
 // UsesClaims reports whether the pod names resource claims in its spec.
 func (p *Pod) UsesClaims() bool { return len(p.Obj.Spec.ResourceClaims) > 0 }
