@@ -65,6 +65,11 @@ type Index struct {
 
 	latency *latencyTracker
 
+	// changedClaims and changedPods are the keys of the claims and pods
+	// written since the last snapshot (Snapshot patches that one's joins
+	// when they are few).
+	changedClaims, changedPods map[Key]struct{}
+
 	// version counts, per kind, the changes Upsert and Delete made (an
 	// update that changes nothing the index holds is not one); a snapshot
 	// taken at the same version is the same view, so the last one is
@@ -101,6 +106,8 @@ func New(cfg Config) *Index {
 		claimsByReservedPod: links{},
 		unreservedSince:     map[types.UID]time.Time{},
 		latency:             newLatencyTracker(cfg.Observer),
+		changedClaims:       map[Key]struct{}{},
+		changedPods:         map[Key]struct{}{},
 	}
 }
 
@@ -255,6 +262,7 @@ func (ix *Index) upsertClaim(c *Claim, now time.Time, live bool) {
 		old = nil
 	}
 	ix.claims[c.Key] = c
+	ix.changedClaims[c.Key] = struct{}{}
 	if old != nil {
 		ix.unlinkClaim(old)
 	}
@@ -319,6 +327,7 @@ func (ix *Index) deleteClaim(k Key, now time.Time) {
 		return
 	}
 	delete(ix.claims, k)
+	ix.changedClaims[k] = struct{}{}
 	ix.unlinkClaim(old)
 	delete(ix.unreservedSince, old.UID)
 	ix.latency.claimChanged(ix, old, nil, now, true)
@@ -338,6 +347,7 @@ func (ix *Index) upsertPod(p *Pod, now time.Time, live bool) bool {
 		return ix.deletePod(p.Key, now) || replaced
 	}
 	ix.pods[p.Key] = p
+	ix.changedPods[p.Key] = struct{}{}
 	ix.latency.podChanged(ix, old, p, now, live)
 	return true
 }
@@ -349,6 +359,7 @@ func (ix *Index) deletePod(k Key, now time.Time) bool {
 		return false
 	}
 	delete(ix.pods, k)
+	ix.changedPods[k] = struct{}{}
 	ix.latency.podChanged(ix, old, nil, now, true)
 	return true
 }

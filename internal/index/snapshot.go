@@ -105,7 +105,9 @@ func (ix *Index) Snapshot() *Snapshot {
 		ix.mu.RUnlock()
 		return ix.snap
 	}
-	s := ix.snapshot(ix.snap)
+	claims, pods := ix.changedClaims, ix.changedPods
+	ix.changedClaims, ix.changedPods = map[Key]struct{}{}, map[Key]struct{}{}
+	s := ix.snapshot(ix.snap, claims, pods)
 	ix.matches.retain(s.Devices)
 	ix.snap, ix.snapVersion = s, s.version
 	return s
@@ -117,12 +119,16 @@ func (ix *Index) SnapshotFromScratch() *Snapshot {
 	ix.snapMu.Lock()
 	defer ix.snapMu.Unlock()
 	ix.mu.RLock()
-	return ix.snapshot(nil)
+	return ix.snapshot(nil, nil, nil)
 }
 
 // snapshot copies the index, under ix.mu held for reading (released here),
-// and builds the joins, reusing prev's for the kinds unchanged since it.
-func (ix *Index) snapshot(prev *Snapshot) *Snapshot {
+// and builds the joins, reusing prev's for the kinds unchanged since it and
+// patching prev's claim and pod joins when few of them (the keys in
+// changedClaims and changedPods) were written since. Snapshot holds snapMu,
+// which keeps the writers of the changed sets out while ix.mu is held for
+// reading.
+func (ix *Index) snapshot(prev *Snapshot, changedClaims, changedPods map[Key]struct{}) *Snapshot {
 	same := func(ks Kinds) bool { return prev != nil && ix.version.Unchanged(prev.version, ks) }
 	s := &Snapshot{
 		version:      ix.version,
@@ -166,12 +172,26 @@ func (ix *Index) snapshot(prev *Snapshot) *Snapshot {
 		s.Claims, s.claimsByKey, s.claimsByOwner, s.claimsByGroup, s.usage = prev.Claims, prev.claimsByKey, prev.claimsByOwner, prev.claimsByGroup, prev.usage
 		s.unreservedSince = prev.unreservedSince
 	} else {
-		s.Claims = slices.Collect(maps.Values(ix.claims))
-		builds = append(builds, s.buildClaims)
 		s.unreservedSince = maps.Clone(ix.unreservedSince)
+		if prev != nil && fewChanged(len(changedClaims), len(prev.Claims)) {
+			changed := make(map[Key]*Claim, len(changedClaims))
+			for k := range changedClaims {
+				changed[k] = ix.claims[k]
+			}
+			builds = append(builds, func() { s.patchClaims(prev, changed) })
+		} else {
+			s.Claims = slices.Collect(maps.Values(ix.claims))
+			builds = append(builds, s.buildClaims)
+		}
 	}
 	if pods {
 		s.Pods, s.podsByKey = prev.Pods, prev.podsByKey
+	} else if prev != nil && fewChanged(len(changedPods), len(prev.Pods)) {
+		changed := make(map[Key]*Pod, len(changedPods))
+		for k := range changedPods {
+			changed[k] = ix.pods[k]
+		}
+		builds = append(builds, func() { s.patchPods(prev, changed) })
 	} else {
 		s.Pods = slices.Collect(maps.Values(ix.pods))
 		builds = append(builds, s.buildPods)
@@ -256,6 +276,123 @@ func (s *Snapshot) buildClaims() {
 			}
 			u.add(c, r)
 		}
+	}
+}
+
+// fewChanged reports whether the last snapshot's claim or pod joins are
+// patched: while at most one in eight of them (or 64) changed; beyond,
+// they are built again.
+func fewChanged(changed, total int) bool { return changed <= 64 || changed <= total/8 }
+
+// patchClaims builds the claim joins from prev's and the claims written
+// since (nil: deleted), as buildClaims would build them from all claims
+// (the order of Claims and of a device's holders may differ: neither is
+// an order anything reads). prev's maps and slices are shared, never
+// written: a changed entry gets a new slice or usage.
+func (s *Snapshot) patchClaims(prev *Snapshot, changed map[Key]*Claim) {
+	s.Claims = make([]*Claim, 0, len(prev.Claims)+len(changed))
+	for _, c := range prev.Claims {
+		if _, ok := changed[c.Key]; !ok {
+			s.Claims = append(s.Claims, c)
+		}
+	}
+	s.claimsByKey = maps.Clone(prev.claimsByKey)
+	s.claimsByOwner = maps.Clone(prev.claimsByOwner)
+	s.claimsByGroup = maps.Clone(prev.claimsByGroup)
+	s.usage = maps.Clone(prev.usage)
+	devices := map[DeviceKey]struct{}{}
+	for k, c := range changed {
+		if old := prev.claimsByKey[k]; old != nil {
+			delete(s.claimsByKey, k)
+			if o := old.OwnerPod; o != nil {
+				setOrDelete(s.claimsByOwner, o.UID, without(s.claimsByOwner[o.UID], old))
+			}
+			if o := old.OwnerGroup; o != nil {
+				g := Key{k.Namespace, o.Name}
+				setOrDelete(s.claimsByGroup, g, without(s.claimsByGroup[g], old))
+			}
+			for _, r := range old.Results {
+				devices[r.Device] = struct{}{}
+			}
+		}
+		if c == nil {
+			continue
+		}
+		s.Claims = append(s.Claims, c)
+		s.claimsByKey[k] = c
+		if o := c.OwnerPod; o != nil {
+			s.claimsByOwner[o.UID] = append(slices.Clip(s.claimsByOwner[o.UID]), c)
+		}
+		if o := c.OwnerGroup; o != nil {
+			if s.claimsByGroup == nil {
+				s.claimsByGroup = map[Key][]*Claim{}
+			}
+			g := Key{k.Namespace, o.Name}
+			s.claimsByGroup[g] = append(slices.Clip(s.claimsByGroup[g]), c)
+		}
+		for _, r := range c.Results {
+			devices[r.Device] = struct{}{}
+		}
+	}
+	for d := range devices {
+		var holders []*Claim
+		if u := prev.usage[d]; u != nil {
+			for _, c := range u.claims {
+				if _, ok := changed[c.Key]; !ok && !slices.Contains(holders, c) {
+					holders = append(holders, c)
+				}
+			}
+		}
+		for _, c := range changed {
+			if c != nil && slices.ContainsFunc(c.Results, func(r Result) bool { return r.Device == d }) {
+				holders = append(holders, c)
+			}
+		}
+		u := &deviceUsage{}
+		for _, c := range holders {
+			for _, r := range c.Results {
+				if r.Device == d && !r.AdminAccess {
+					u.add(c, r)
+				}
+			}
+		}
+		if len(u.claims) == 0 {
+			delete(s.usage, d)
+		} else {
+			s.usage[d] = u
+		}
+	}
+}
+
+// without returns a copy of list without c.
+func without(list []*Claim, c *Claim) []*Claim {
+	return slices.DeleteFunc(slices.Clone(list), func(x *Claim) bool { return x == c })
+}
+
+func setOrDelete[K comparable, V any](m map[K][]V, k K, v []V) {
+	if len(v) == 0 {
+		delete(m, k)
+	} else {
+		m[k] = v
+	}
+}
+
+// patchPods is patchClaims for the pod joins.
+func (s *Snapshot) patchPods(prev *Snapshot, changed map[Key]*Pod) {
+	s.Pods = make([]*Pod, 0, len(prev.Pods)+len(changed))
+	for _, p := range prev.Pods {
+		if _, ok := changed[p.Key]; !ok {
+			s.Pods = append(s.Pods, p)
+		}
+	}
+	s.podsByKey = maps.Clone(prev.podsByKey)
+	for k, p := range changed {
+		if p == nil {
+			delete(s.podsByKey, k)
+			continue
+		}
+		s.Pods = append(s.Pods, p)
+		s.podsByKey[k] = p
 	}
 }
 
