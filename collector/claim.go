@@ -50,16 +50,21 @@ func (c claimCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error
 // eachRow: a claim's series read the claim (the row's key: an update
 // makes a new record) and the devices it was allocated (their node and GPU
 // UUID).
-func (claimCollector) eachRow(s *index.Snapshot, visit func(key any, inputs []any) *emitter) {
+func (claimCollector) inputKinds() index.Kinds { return index.DeviceKinds }
+
+func (claimCollector) eachRow(s *index.Snapshot, rows *rowPass) {
 	var inputs []any
 	for _, c := range s.Claims {
+		if rows.kept(c) {
+			continue
+		}
 		inputs = inputs[:0]
 		for _, r := range c.Results {
 			if d := s.Device(r.Device); d != nil {
 				inputs = append(inputs, d)
 			}
 		}
-		e := visit(c, inputs)
+		e := rows.visit(c, inputs)
 		if e == nil {
 			continue
 		}

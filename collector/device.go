@@ -128,14 +128,17 @@ func (c *deviceCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) err
 // eachRow: a device's series read the device record (the row's key: a
 // change makes a new record) and, for a shared device (whose remaining
 // capacity the claims decide), the snapshot's version.
-func (c *deviceCollector) eachRow(s *index.Snapshot, visit func(key any, inputs []any) *emitter) {
+// inputKinds: a shareable device's input is the snapshot's version.
+func (*deviceCollector) inputKinds() index.Kinds { return index.AllKinds }
+
+func (c *deviceCollector) eachRow(s *index.Snapshot, rows *rowPass) {
 	var inputs []any
 	for _, d := range s.Devices {
 		inputs = inputs[:0]
 		if d.Shareable {
 			inputs = append(inputs, s.Version())
 		}
-		e := visit(d, inputs)
+		e := rows.visit(d, inputs)
 		if e == nil {
 			continue
 		}

@@ -66,14 +66,19 @@ func (c *podCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error 
 // eachRow: a pod's series read the pod (the row's key: an update makes a
 // new record) and its lane (which the classes decide for extended
 // resources).
-func (c *podCollector) eachRow(s *index.Snapshot, visit func(key any, inputs []any) *emitter) {
+func (*podCollector) inputKinds() index.Kinds { return index.KindsOf(index.KindClass) }
+
+func (c *podCollector) eachRow(s *index.Snapshot, rows *rowPass) {
 	var inputs []any
 	for _, p := range s.Pods {
+		if rows.kept(p) {
+			continue
+		}
 		lane := s.PodLane(p)
 		if lane == "" || p.Terminal() {
 			continue
 		}
-		e := visit(p, append(inputs[:0], lane))
+		e := rows.visit(p, append(inputs[:0], lane))
 		if e == nil {
 			continue
 		}

@@ -23,20 +23,77 @@ import (
 // object. Update must emit exactly what eachRow emits.
 type rowCollector interface {
 	Collector
-	// eachRow calls visit once per row of s with the row's key (unique
-	// within the collector and comparable: the object's record, which an
-	// update replaces) and its other inputs (comparable values: the other
-	// records and computed values the row's series are a function of; the
-	// slice is read during the call only). visit returns nil when the
-	// row is unchanged, else the emitter its series go to. Every series
-	// of a row carries labels that tell it from any other row's, so two
-	// rows never emit the same label set.
-	eachRow(s *index.Snapshot, visit func(key any, inputs []any) *emitter)
+	// eachRow calls rows.visit once per row of s with the row's key
+	// (unique within the collector and comparable: the object's record,
+	// which an update replaces) and its other inputs (comparable values:
+	// the other records and computed values the row's series are a
+	// function of; the slice is read during the call only). visit returns
+	// nil when the row is unchanged, else the emitter its series go to.
+	// Before it computes a row's inputs, eachRow may ask rows.kept(key),
+	// which is true when the row is known unchanged from its key alone:
+	// it then skips the row. Every series of a row carries labels that
+	// tell it from any other row's, so two rows never emit the same label
+	// set.
+	eachRow(s *index.Snapshot, rows *rowPass)
+	// inputKinds are the kinds of objects the rows' inputs derive from:
+	// while none of them changed, a row with the same key has the same
+	// inputs.
+	inputKinds() index.Kinds
 }
 
 // updateRows is Update for a row collector: every row into one emitter.
 func updateRows(c rowCollector, s *index.Snapshot, e *emitter) {
-	c.eachRow(s, func(any, []any) *emitter { return e })
+	c.eachRow(s, &rowPass{all: e})
+}
+
+// rowPass is one pass of a row collector over a snapshot: into one
+// emitter (all), or against a row cache.
+type rowPass struct {
+	all *emitter
+
+	rc *rowCache
+	x  *Exporter
+	// keyOnly is set when the inputs' kinds did not change since the
+	// last pass: a row whose key is there is unchanged.
+	keyOnly bool
+	fresh   []freshRow
+}
+
+type freshRow struct {
+	r *row
+	e *emitter
+}
+
+// kept reports whether the row of that key is unchanged without looking at
+// its inputs, and counts it as seen.
+func (p *rowPass) kept(key any) bool {
+	if !p.keyOnly {
+		return false
+	}
+	r := p.rc.rows[key]
+	if r == nil || r.seen != p.rc.pass-1 {
+		return false
+	}
+	r.seen = p.rc.pass
+	return true
+}
+
+// visit returns nil when the row is unchanged (the same key, the same
+// inputs), else the emitter for its series.
+func (p *rowPass) visit(key any, inputs []any) *emitter {
+	if p.all != nil {
+		return p.all
+	}
+	pass := p.rc.pass
+	if r := p.rc.rows[key]; r != nil && r.seen == pass-1 && slices.Equal(r.inputs, inputs) {
+		r.seen = pass
+		return nil
+	}
+	r := &row{inputs: slices.Clone(inputs), seen: pass}
+	p.rc.rows[key] = r
+	e := &emitter{shard: p.x.shard}
+	p.fresh = append(p.fresh, freshRow{r, e})
+	return e
 }
 
 // row is one object's lines.
@@ -62,6 +119,8 @@ type rowCache struct {
 	pass  uint64
 	rows  map[any]*row
 	lines map[*Def][]line
+	// version is the snapshot's of the last pass.
+	version index.Version
 }
 
 // render brings the cache to snapshot s and returns the lines of each
@@ -73,32 +132,20 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot, openM
 			*rc = rowCache{}
 		}
 	}()
+	p := &rowPass{rc: rc, x: x}
 	if rc.rows == nil {
 		rc.rows, rc.lines = map[any]*row{}, map[*Def][]line{}
+	} else {
+		p.keyOnly = s.Version().Unchanged(rc.version, c.inputKinds())
 	}
 	rc.pass++
 	pass := rc.pass
-	type changed struct {
-		r *row
-		e *emitter
-	}
-	var fresh []changed
-	_, err = x.run(rowsOnly{c, func(s *index.Snapshot) {
-		c.eachRow(s, func(key any, inputs []any) *emitter {
-			if r := rc.rows[key]; r != nil && r.seen == pass-1 && slices.Equal(r.inputs, inputs) {
-				r.seen = pass
-				return nil
-			}
-			r := &row{inputs: slices.Clone(inputs), seen: pass}
-			rc.rows[key] = r
-			e := &emitter{shard: x.shard}
-			fresh = append(fresh, changed{r, e})
-			return e
-		})
-	}}, s, time.Time{})
+	_, err = x.run(rowsOnly{c, func(s *index.Snapshot) { c.eachRow(s, p) }}, s, time.Time{})
 	if err != nil {
 		return nil, err
 	}
+	rc.version = s.Version()
+	fresh := p.fresh
 	gone := 0
 	for key, r := range rc.rows {
 		if r.seen != pass {
