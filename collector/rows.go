@@ -126,7 +126,7 @@ type rowCache struct {
 // render brings the cache to snapshot s and returns the lines of each
 // family with series. A panic in the collector leaves the cache empty, so
 // that the next pass renders every row again.
-func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot, openMetrics bool) (_ map[*Def][]line, err error) {
+func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ map[*Def][]line, err error) {
 	defer func() {
 		if err != nil {
 			*rc = rowCache{}
@@ -159,7 +159,7 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot, openM
 		var buf []byte
 		ends = ends[:0]
 		for _, sm := range f.e.samples {
-			buf = sm.def.appendLine(buf, sm, openMetrics)
+			buf = sm.def.appendLine(buf, sm)
 			ends = append(ends, len(buf))
 		}
 		start := 0

@@ -34,7 +34,7 @@ func TestCompareLinesFollowsLabelValues(t *testing.T) {
 				break
 			}
 		}
-		la, lb := line{text: d.appendLine(nil, a, false)}, line{text: d.appendLine(nil, b, true)}
+		la, lb := line{text: d.appendLine(nil, a)}, line{text: d.appendLine(nil, b)}
 		if got := compareLines(la, lb); sign(got) != want {
 			t.Fatalf("compareLines(%q, %q) = %d, label values compare %d", la.text, lb.text, got, want)
 		}

@@ -32,32 +32,105 @@ type sample struct {
 // Family is one family's exposition: its HELP and TYPE lines and series,
 // in Text and then, for a family of rows, one line each.
 type Family struct {
-	Name  string
-	Text  []byte
+	Name string
+	// text and lines are the exposition in the text format; om converts
+	// it to OpenMetrics as it is written.
+	text  []byte
 	lines []line
+	om    bool
 }
 
 // WriteTo writes the family's exposition.
 func (f Family) WriteTo(w io.Writer) (int64, error) {
-	n, err := w.Write(f.Text)
-	total := int64(n)
-	for _, l := range f.lines {
-		if err != nil {
-			break
+	if !f.om {
+		n, err := w.Write(f.text)
+		total := int64(n)
+		for _, l := range f.lines {
+			if err != nil {
+				break
+			}
+			n, err = w.Write(l.text)
+			total += int64(n)
 		}
-		n, err = w.Write(l.text)
-		total += int64(n)
+		return total, err
 	}
-	return total, err
+	// Converted in chunks of about 64 KiB.
+	var total int64
+	buf := make([]byte, 0, 80<<10)
+	flush := func() error {
+		n, err := w.Write(buf)
+		total += int64(n)
+		buf = buf[:0]
+		return err
+	}
+	for text := f.text; len(text) > 0; {
+		i := bytes.IndexByte(text, '\n') + 1
+		buf = appendOpenMetricsLine(buf, text[:i])
+		text = text[i:]
+		if len(buf) >= 64<<10 {
+			if err := flush(); err != nil {
+				return total, err
+			}
+		}
+	}
+	for _, l := range f.lines {
+		buf = appendOpenMetricsLine(buf, l.text)
+		if len(buf) >= 64<<10 {
+			if err := flush(); err != nil {
+				return total, err
+			}
+		}
+	}
+	return total, flush()
 }
 
 // AppendTo appends the family's exposition to buf.
 func (f Family) AppendTo(buf []byte) []byte {
-	buf = append(buf, f.Text...)
+	if !f.om {
+		buf = append(buf, f.text...)
+		for _, l := range f.lines {
+			buf = append(buf, l.text...)
+		}
+		return buf
+	}
+	for text := f.text; len(text) > 0; {
+		i := bytes.IndexByte(text, '\n') + 1
+		buf = appendOpenMetricsLine(buf, text[:i])
+		text = text[i:]
+	}
 	for _, l := range f.lines {
-		buf = append(buf, l.text...)
+		buf = appendOpenMetricsLine(buf, l.text)
 	}
 	return buf
+}
+
+// appendOpenMetricsLine appends one line of text exposition (with its
+// newline) as OpenMetrics 1.0 writes it, as client_golang would: the two
+// differ, for gauges, in HELP, where OpenMetrics also escapes double
+// quotes, and in integral values, which OpenMetrics writes with ".0". The
+// cache holds one format, so that scrapes in both take turns without
+// rendering everything again.
+func appendOpenMetricsLine(buf, line []byte) []byte {
+	if bytes.HasPrefix(line, []byte("# HELP ")) {
+		for _, c := range line {
+			if c == '"' {
+				buf = append(buf, '\\')
+			}
+			buf = append(buf, c)
+		}
+		return buf
+	}
+	body := line[:len(line)-1]
+	if len(body) == 0 || body[0] == '#' {
+		return append(buf, line...)
+	}
+	buf = append(buf, body...)
+	switch v := body[bytes.LastIndexByte(body, ' ')+1:]; {
+	case bytes.ContainsAny(v, "e."), string(v) == "NaN", string(v) == "+Inf", string(v) == "-Inf":
+	default:
+		buf = append(buf, '.', '0')
+	}
+	return append(buf, '\n')
 }
 
 // TextFamilies runs the collectors over one snapshot, as Collect does, and
@@ -79,7 +152,7 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	var reused []int
 	var now time.Time
 	var snap *index.Snapshot
-	c.reset(x, openMetrics)
+	c.reset(x)
 	x.each(func(i int, s *index.Snapshot, t time.Time) (bool, error) {
 		snap, now = s, t
 		if c.reusable(x, i, s, t) {
@@ -122,12 +195,12 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	for _, i := range reused {
 		for _, d := range x.collectors[i].Defs() {
 			if t, ok := c.text[d]; ok {
-				out = append(out, Family{Name: d.Name, Text: t, lines: c.lines[d]})
+				out = append(out, Family{Name: d.Name, text: t, lines: c.lines[d], om: openMetrics})
 			}
 		}
 	}
 	for d, samples := range byDef {
-		text := d.appendText(nil, samples, openMetrics)
+		text := d.appendText(nil, samples)
 		if fresh[d] {
 			// Another collector wrote into the family: its owner must
 			// run again next time.
@@ -137,7 +210,7 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 		} else {
 			c.store(d, text)
 		}
-		out = append(out, Family{Name: d.Name, Text: text})
+		out = append(out, Family{Name: d.Name, text: text, om: openMetrics})
 	}
 	slices.SortFunc(out, func(a, b Family) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -195,7 +268,7 @@ func (d *Def) labelOrder() []int {
 	return d.order
 }
 
-func (d *Def) appendText(buf []byte, samples []sample, openMetrics bool) []byte {
+func (d *Def) appendText(buf []byte, samples []sample) []byte {
 	order := d.labelOrder()
 	// A stable order by label values: pdqsort on positions, ties broken by
 	// position (the stable sort's in-place merging was a third of a
@@ -217,22 +290,22 @@ func (d *Def) appendText(buf []byte, samples []sample, openMetrics bool) []byte 
 		// The first series' length, times the series, and some room.
 		buf = make([]byte, 0, 128+len(d.Help)+len(samples)*(lineLength(d, samples[0])+8))
 	}
-	buf = d.appendHeader(buf, openMetrics)
+	buf = d.appendHeader(buf)
 	for k, p := range pos {
 		if k > 0 && slices.Equal(samples[p].lvs, samples[pos[k-1]].lvs) {
 			continue // a repeated label set: Gather keeps the first
 		}
-		buf = d.appendLine(buf, samples[p], openMetrics)
+		buf = d.appendLine(buf, samples[p])
 	}
 	return buf
 }
 
 // appendHeader writes the family's HELP and TYPE lines.
-func (d *Def) appendHeader(buf []byte, openMetrics bool) []byte {
+func (d *Def) appendHeader(buf []byte) []byte {
 	buf = append(buf, "# HELP "...)
 	buf = append(buf, d.Name...)
 	buf = append(buf, ' ')
-	buf = appendEscaped(buf, d.Help, openMetrics)
+	buf = appendEscaped(buf, d.Help, false)
 	buf = append(buf, "\n# TYPE "...)
 	buf = append(buf, d.Name...)
 	buf = append(buf, ' ')
@@ -241,7 +314,7 @@ func (d *Def) appendHeader(buf []byte, openMetrics bool) []byte {
 }
 
 // appendLine writes one series.
-func (d *Def) appendLine(buf []byte, s sample, openMetrics bool) []byte {
+func (d *Def) appendLine(buf []byte, s sample) []byte {
 	order := d.labelOrder()
 	buf = append(buf, d.Name...)
 	for j, li := range order {
@@ -259,7 +332,7 @@ func (d *Def) appendLine(buf []byte, s sample, openMetrics bool) []byte {
 		buf = append(buf, '}')
 	}
 	buf = append(buf, ' ')
-	buf = appendFloat(buf, s.v, openMetrics)
+	buf = appendFloat(buf, s.v)
 	return append(buf, '\n')
 }
 
@@ -300,9 +373,9 @@ func appendEscaped(buf []byte, s string, quote bool) []byte {
 	return buf
 }
 
-// appendFloat formats a value as expfmt does: OpenMetrics marks integral
-// values with ".0".
-func appendFloat(buf []byte, f float64, openMetrics bool) []byte {
+// appendFloat formats a value as expfmt's text format does (OpenMetrics:
+// appendOpenMetricsLine).
+func appendFloat(buf []byte, f float64) []byte {
 	switch {
 	case math.IsNaN(f):
 		return append(buf, "NaN"...)
@@ -311,15 +384,7 @@ func appendFloat(buf []byte, f float64, openMetrics bool) []byte {
 	case math.IsInf(f, -1):
 		return append(buf, "-Inf"...)
 	case f == 0: // negative zero too
-		if openMetrics {
-			return append(buf, "0.0"...)
-		}
 		return append(buf, '0')
 	}
-	start := len(buf)
-	buf = strconv.AppendFloat(buf, f, 'g', -1, 64)
-	if openMetrics && !bytes.ContainsAny(buf[start:], "e.") {
-		buf = append(buf, '.', '0')
-	}
-	return buf
+	return strconv.AppendFloat(buf, f, 'g', -1, 64)
 }

@@ -90,7 +90,6 @@ func reads(c Collector) index.Kinds {
 // (clockBound); the timing families are rendered on every scrape.
 type textCache struct {
 	mu sync.Mutex
-	om bool
 	// done holds the collectors whose last run succeeded and whose
 	// families are all in text: the version of the snapshot it read and
 	// the time until which it holds (zero: while the kinds it reads do not
@@ -117,12 +116,12 @@ func (c *textCache) renderRows(x *Exporter, i int, rowc rowCollector, s *index.S
 		rc = &rowCache{}
 		c.rows[i] = rc
 	}
-	lines, err := rc.render(x, rowc, s, c.om)
+	lines, err := rc.render(x, rowc, s)
 	if err != nil {
 		return err
 	}
 	for d, ls := range lines {
-		c.text[d] = d.appendHeader(nil, c.om)
+		c.text[d] = d.appendHeader(nil)
 		c.lines[d] = ls
 	}
 	c.done[i] = keptRun{version: s.Version()}
@@ -134,8 +133,10 @@ type keptRun struct {
 	until   time.Time
 }
 
-// reset empties the cache unless it was filled in the same format.
-func (c *textCache) reset(x *Exporter, openMetrics bool) {
+// reset makes the cache ready for its first use. It holds the text
+// format: OpenMetrics is converted as it is written (Family), so that
+// scrapes in both formats share it.
+func (c *textCache) reset(x *Exporter) {
 	if c.owner == nil {
 		c.owner = map[*Def]int{}
 		shared := map[*Def]bool{}
@@ -151,10 +152,9 @@ func (c *textCache) reset(x *Exporter, openMetrics bool) {
 			delete(c.owner, d)
 		}
 	}
-	if c.om == openMetrics && c.done != nil {
+	if c.done != nil {
 		return
 	}
-	c.om = openMetrics
 	c.done = map[int]keptRun{}
 	c.text = map[*Def][]byte{}
 	c.rows = map[int]*rowCache{}
