@@ -133,6 +133,17 @@ func appendOpenMetricsLine(buf, line []byte) []byte {
 	return append(buf, '\n')
 }
 
+// Prerender renders the families once and drops them: called when the
+// informers have synced, so that the first scrape writes what is ready
+// instead of rendering everything (seconds at 100k claims, past
+// Prometheus' default scrape timeout). A scrape that comes meanwhile waits
+// for it and is then written from it.
+func (x *Exporter) Prerender() time.Duration {
+	start := time.Now()
+	x.TextFamilies(false)
+	return time.Since(start)
+}
+
 // TextFamilies runs the collectors over one snapshot, as Collect does, and
 // returns each family with series as text exposition, sorted by name;
 // openMetrics selects the OpenMetrics 1.0 syntax (without the final # EOF,

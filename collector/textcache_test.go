@@ -147,3 +147,20 @@ func TestTextFamiliesLeakKeptUntilGraceEnds(t *testing.T) {
 		t.Errorf("kept exporter writes\n%s\na fresh one\n%s", out, want)
 	}
 }
+
+// After Prerender a scrape, in either format, is written from what it
+// rendered: the pure collector does not run again.
+func TestPrerenderFillsTheCache(t *testing.T) {
+	ix := testobj.Build(t, index.Config{}, testobj.Node("node-a", 0))
+	var runs atomic.Int32
+	x := NewExporter(ix, nil, true, nil, countingCollector{"pure", newDef("dra_test_pure", typeGauge, "A pure family.", "node"), &runs})
+	x.Prerender()
+	for _, om := range []bool{false, true} {
+		if out := text(x, om); !bytes.Contains(out, []byte(`dra_test_pure{node="node-a"} 1`)) {
+			t.Errorf("openmetrics %v: the family is missing:\n%s", om, out)
+		}
+	}
+	if got := runs.Load(); got != 1 {
+		t.Errorf("the pure collector ran %d times, want once (by Prerender)", got)
+	}
+}

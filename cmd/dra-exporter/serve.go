@@ -107,6 +107,7 @@ func serve(args []string, stderr io.Writer) int {
 	go func() {
 		if informers.WaitForSync(ctx, 10*time.Minute) {
 			logger.Info("informers synced")
+			logger.Info("families rendered for the first scrape", "took", cluster.Prerender().Round(time.Millisecond))
 		}
 	}()
 	return w.listenAndServe(ctx, logger, reg, cluster, "dra-exporter", "Kubernetes Dynamic Resource Allocation exporter", ":9877", func() string {
