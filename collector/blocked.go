@@ -30,12 +30,28 @@ func (blockedCollector) Name() string { return "blocked" }
 func (blockedCollector) Defs() []*Def { return []*Def{podBlocked, podLowerPriorityHolders} }
 
 func (c blockedCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
-	for _, v := range c.verdicts.Blocked(s) {
+	updateRows(c, s, e)
+	return nil
+}
+
+// eachRow: a blocked pod's series read its verdict alone (the row's key:
+// kept while the pod's verdict holds, classify.Verdicts.Kept).
+func (c blockedCollector) eachRow(s *index.Snapshot, rows *rowPass) {
+	for _, v := range c.verdicts.Kept(s) {
+		if rows.kept(v) {
+			continue
+		}
+		e := rows.visit(v, nil)
+		if e == nil {
+			continue
+		}
 		p := v.Pod
 		e.gauge(podBlocked, 1, p.Key.Namespace, p.Key.Name, string(p.UID), v.Claim, v.DeviceClass, v.Node, v.Device, string(v.Layer), string(v.Reason))
 		if v.LowerPriorityHolders > 0 {
 			e.gauge(podLowerPriorityHolders, float64(v.LowerPriorityHolders), p.Key.Namespace, p.Key.Name, string(p.UID), v.Claim, v.DeviceClass)
 		}
 	}
-	return nil
 }
+
+// inputKinds: a row has no inputs but its key.
+func (blockedCollector) inputKinds() index.Kinds { return 0 }

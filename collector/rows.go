@@ -57,6 +57,10 @@ type rowPass struct {
 	// last pass: a row whose key is there is unchanged.
 	keyOnly bool
 	fresh   []freshRow
+	// replaced are the rows a fresh one took the place of; seen counts the
+	// rows found in the pass.
+	replaced []*row
+	seen     int
 }
 
 type freshRow struct {
@@ -75,6 +79,7 @@ func (p *rowPass) kept(key any) bool {
 		return false
 	}
 	r.seen = p.rc.pass
+	p.seen++
 	return true
 }
 
@@ -87,10 +92,15 @@ func (p *rowPass) visit(key any, inputs []any) *emitter {
 	pass := p.rc.pass
 	if r := p.rc.rows[key]; r != nil && r.seen == pass-1 && slices.Equal(r.inputs, inputs) {
 		r.seen = pass
+		p.seen++
 		return nil
+	}
+	if old := p.rc.rows[key]; old != nil {
+		p.replaced = append(p.replaced, old)
 	}
 	r := &row{inputs: slices.Clone(inputs), seen: pass}
 	p.rc.rows[key] = r
+	p.seen++
 	e := &emitter{shard: p.x.shard}
 	p.fresh = append(p.fresh, freshRow{r, e})
 	return e
@@ -102,13 +112,15 @@ type row struct {
 	// seen is the render pass that last found the row in the snapshot; a
 	// row not seen in the current pass is gone, and so are its lines.
 	seen uint64
+	// buf holds the row's lines, one after the other (the family lines
+	// point into it): how its lines are found again when it goes.
+	buf []byte
 }
 
 // line is one series of a row, rendered: name{labels} value\n. The lines of
 // one row share a buffer, which goes when the row is replaced.
 type line struct {
 	text []byte
-	row  *row
 }
 
 // rowCache is one row collector's rows and, per family, its lines sorted as
@@ -146,11 +158,16 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ ma
 	}
 	rc.version = s.Version()
 	fresh := p.fresh
-	gone := 0
-	for key, r := range rc.rows {
-		if r.seen != pass {
-			delete(rc.rows, key)
-			gone++
+	// Rows not seen are gone; their lines and those of the replaced rows
+	// are dropped (found by their labels: the family's lines are sorted),
+	// the fresh rows' lines merged in.
+	dropped := p.replaced
+	if len(rc.rows) > p.seen {
+		for key, r := range rc.rows {
+			if r.seen != pass {
+				delete(rc.rows, key)
+				dropped = append(dropped, r)
+			}
 		}
 	}
 	added := map[*Def][]newLine{}
@@ -162,33 +179,71 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ ma
 			buf = sm.def.appendLine(buf, sm)
 			ends = append(ends, len(buf))
 		}
+		f.r.buf = buf
 		start := 0
 		for k, sm := range f.e.samples {
-			added[sm.def] = append(added[sm.def], newLine{line{text: buf[start:ends[k]:ends[k]], row: f.r}, sm.lvs})
+			added[sm.def] = append(added[sm.def], newLine{line{text: buf[start:ends[k]:ends[k]]}, sm.lvs})
 			start = ends[k]
 		}
 	}
+	drops := rc.dropPositions(c, dropped)
 	for _, d := range c.Defs() {
-		kept := rc.lines[d]
-		if len(added[d]) == 0 && gone == 0 && len(fresh) == 0 {
+		if len(added[d]) == 0 && len(drops[d]) == 0 {
 			continue // nothing changed: the same slice
 		}
-		live := make([]line, 0, len(kept))
-		for _, l := range kept {
-			if l.row.seen == pass {
-				live = append(live, l)
-			}
-		}
-		if len(added[d]) == 0 && len(live) == len(kept) {
-			continue
-		}
-		if merged := mergeLines(live, sortLines(d, added[d])); len(merged) > 0 {
+		if merged := mergeLines(without(rc.lines[d], drops[d]), sortLines(d, added[d])); len(merged) > 0 {
 			rc.lines[d] = merged
 		} else {
 			delete(rc.lines, d)
 		}
 	}
 	return rc.lines, nil
+}
+
+// dropPositions finds the lines of the dropped rows in their families:
+// the positions of each family, sorted. A row's buffer may hold a line its
+// family does not (a repeated label set, which the family writes once):
+// only a line that is the row's own (the same bytes) is dropped.
+func (rc *rowCache) dropPositions(c rowCollector, dropped []*row) map[*Def][]int {
+	if len(dropped) == 0 {
+		return nil
+	}
+	byName := map[string]*Def{}
+	for _, d := range c.Defs() {
+		byName[d.Name] = d
+	}
+	out := map[*Def][]int{}
+	for _, r := range dropped {
+		for text := r.buf; len(text) > 0; {
+			n := bytes.IndexByte(text, '\n') + 1
+			l := text[:n:n]
+			text = text[n:]
+			d := byName[string(l[:bytes.IndexAny(l, "{ ")])]
+			lines := rc.lines[d]
+			if i, ok := slices.BinarySearchFunc(lines, line{l}, compareLines); ok && &lines[i].text[0] == &l[0] {
+				out[d] = append(out[d], i)
+			}
+		}
+	}
+	for _, pos := range out {
+		slices.Sort(pos)
+	}
+	return out
+}
+
+// without returns a copy of lines without the positions drop (sorted), or
+// lines itself when there are none.
+func without(lines []line, drop []int) []line {
+	if len(drop) == 0 {
+		return lines
+	}
+	out := make([]line, 0, len(lines)-len(drop))
+	start := 0
+	for _, i := range drop {
+		out = append(out, lines[start:i]...)
+		start = i + 1
+	}
+	return append(out, lines[start:]...)
 }
 
 // rowsOnly runs a row pass through Exporter.run, for its panic recovery.

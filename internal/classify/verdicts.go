@@ -46,6 +46,18 @@ type keptVerdict struct {
 // Blocked returns Blocked(s), walking the tree only for the pods whose
 // inputs changed since the last call.
 func (m *Verdicts) Blocked(s *index.Snapshot) []Verdict {
+	kept := m.Kept(s)
+	out := make([]Verdict, len(kept))
+	for i, v := range kept {
+		out[i] = *v
+	}
+	return out
+}
+
+// Kept is Blocked, the verdicts as kept: the same pointer stands for the
+// same verdict of the same pod while it holds (a reader may key what it
+// derived on it). The verdicts must not be modified.
+func (m *Verdicts) Kept(s *index.Snapshot) []*Verdict {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.kept == nil || !s.Version().Unchanged(m.version, world) {
@@ -56,7 +68,7 @@ func (m *Verdicts) Blocked(s *index.Snapshot) []Verdict {
 	claimsSame := s.Version().Unchanged(m.version, index.KindsOf(index.KindClaim))
 	m.calls++
 	seen := 0
-	var out []Verdict
+	var out []*Verdict
 	for _, p := range s.Pods {
 		if p.Ready() || p.Terminal() || p.Obj.DeletionTimestamp != nil || !s.Owns(p.Key.Namespace) {
 			continue
@@ -77,7 +89,7 @@ func (m *Verdicts) Blocked(s *index.Snapshot) []Verdict {
 		}
 		k.call = m.calls
 		if k.v.Blocked {
-			out = append(out, k.v)
+			out = append(out, &k.v)
 		}
 	}
 	if len(m.kept) > seen {
