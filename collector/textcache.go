@@ -54,7 +54,7 @@ func (conflictCollector) reads() index.Kinds {
 	return index.DeviceKinds | index.KindsOf(index.KindPlacement)
 }
 func (*deviceCollector) reads() index.Kinds {
-	return index.DeviceKinds | index.KindsOf(index.KindClaim)
+	return index.DeviceKinds | index.KindsOf(index.KindPlacement) // remaining capacity
 }
 func (deviceClassCollector) reads() index.Kinds {
 	return capacityReads // free devices on unusable nodes

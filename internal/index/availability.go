@@ -32,6 +32,9 @@ func (s *Snapshot) computeRemainingCounters() {
 		}
 		s.remaining[pk] = cp
 	}
+	if !s.drawsCounters {
+		return // nothing draws on them: a scan of every allocated device saved
+	}
 	for key := range s.usage {
 		d := s.deviceByKey[key]
 		if d == nil || len(d.Counters) == 0 {

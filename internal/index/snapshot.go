@@ -49,6 +49,7 @@ type Snapshot struct {
 	classDevices  map[string][]*Device
 	classErrors   map[string][]*Device // devices a class's selectors failed on
 	sliceTaints   bool                 // a device has a taint of its slice
+	drawsCounters bool                 // a device consumes counters
 	usage         map[DeviceKey]*deviceUsage
 	remaining     map[PoolKey]map[string]map[string]resource.Quantity
 	// overdrawn pools have a counter below zero: the allocator then gives
@@ -151,6 +152,7 @@ func (ix *Index) snapshot(prev *Snapshot, changedClaims, changedPods map[Key]str
 	}
 	if devices {
 		s.Devices, s.deviceByKey, s.classDevices, s.classErrors, s.sliceTaints = prev.Devices, prev.deviceByKey, prev.classDevices, prev.classErrors, prev.sliceTaints
+		s.drawsCounters = prev.drawsCounters
 		s.poolCounters, s.poolProblems = prev.poolCounters, prev.poolProblems
 	} else {
 		s.Devices = slices.Collect(maps.Values(ix.devices))
@@ -236,6 +238,9 @@ func (s *Snapshot) buildDevices() {
 		s.deviceByKey[d.Key] = d
 		if len(d.Taints) > 0 {
 			s.sliceTaints = true
+		}
+		if len(d.Counters) > 0 {
+			s.drawsCounters = true
 		}
 		for _, c := range d.Classes {
 			s.classDevices[c] = append(s.classDevices[c], d)
