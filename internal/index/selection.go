@@ -65,7 +65,10 @@ type Selection struct {
 	networkFree int
 
 	holdersOnce sync.Once
-	holders     []*Pod // pods holding kept devices, by priority
+	holders     []*Pod  // pods holding kept devices
+	priorities  []int32 // their priorities, sorted
+	sortedOnce  sync.Once
+	sorted      []*Pod // holders by priority, then name
 }
 
 // Holders returns the pods that hold the kept devices (through the claims
@@ -74,6 +77,22 @@ type Selection struct {
 // once per selection: every pod blocked on the same request asks the same
 // question.
 func (sel *Selection) Holders(s *Snapshot) []*Pod {
+	sel.sortedOnce.Do(func() {
+		sel.sorted = slices.Clone(sel.holderPods(s))
+		slices.SortStableFunc(sel.sorted, func(a, b *Pod) int {
+			if c := cmp.Compare(a.Priority(), b.Priority()); c != 0 {
+				return c
+			}
+			return strings.Compare(a.Key.String(), b.Key.String())
+		})
+	})
+	return sel.sorted
+}
+
+// holderPods are the holders unsorted, and their priorities sorted (what
+// LowerPriorityHolders asks of every capacity-blocked pod: sorting the pods
+// themselves by name was most of a scrape after a placement change).
+func (sel *Selection) holderPods(s *Snapshot) []*Pod {
 	sel.holdersOnce.Do(func() {
 		seen := map[*Pod]bool{}
 		var held []DeviceKey
@@ -90,16 +109,12 @@ func (sel *Selection) Holders(s *Snapshot) []*Pod {
 					if p := s.Pod(Key{c.Key.Namespace, r.Name}); p != nil && p.UID == r.UID && !seen[p] {
 						seen[p] = true
 						sel.holders = append(sel.holders, p)
+						sel.priorities = append(sel.priorities, p.Priority())
 					}
 				}
 			}
 		}
-		slices.SortStableFunc(sel.holders, func(a, b *Pod) int {
-			if c := cmp.Compare(a.Priority(), b.Priority()); c != 0 {
-				return c
-			}
-			return strings.Compare(a.Key.String(), b.Key.String())
-		})
+		slices.Sort(sel.priorities)
 	})
 	return sel.holders
 }
@@ -107,13 +122,8 @@ func (sel *Selection) Holders(s *Snapshot) []*Pod {
 // LowerPriorityHolders returns how many holders of the kept devices have a
 // priority below prio.
 func (sel *Selection) LowerPriorityHolders(s *Snapshot, prio int32) int {
-	h := sel.Holders(s)
-	n, _ := slices.BinarySearchFunc(h, prio, func(p *Pod, prio int32) int {
-		if p.Priority() < prio {
-			return -1
-		}
-		return 1
-	})
+	sel.holderPods(s)
+	n, _ := slices.BinarySearch(sel.priorities, prio)
 	return n
 }
 
