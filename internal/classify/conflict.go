@@ -35,7 +35,11 @@ func DoubleAllocations(s *index.Snapshot) []Conflict {
 		if d.Shareable {
 			continue
 		}
-		holders := distinctClaims(s.AllocatedTo(d.Key))
+		allocated := s.AllocatedTo(d.Key)
+		if len(allocated) < 2 {
+			continue
+		}
+		holders := distinctClaims(allocated)
 		if len(holders) < 2 {
 			continue
 		}

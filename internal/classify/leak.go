@@ -2,6 +2,7 @@ package classify
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -52,7 +53,7 @@ func Leaks(s *index.Snapshot, now time.Time, grace time.Duration) []Leak {
 		if !s.Owns(c.Key.Namespace) {
 			continue
 		}
-		reported := map[types.UID]bool{}
+		var reported []types.UID // a claim is reserved for one pod or a few
 		for _, r := range c.Obj.Status.ReservedFor {
 			if r.Resource != "pods" || r.APIGroup != "" {
 				continue
@@ -74,10 +75,10 @@ func Leaks(s *index.Snapshot, now time.Time, grace time.Duration) []Leak {
 			default:
 				continue
 			}
-			reported[r.UID] = true
+			reported = append(reported, r.UID)
 			out = append(out, perDevice(s, c, Leak{Claim: c, Pod: r.Name, PodUID: r.UID, Reason: reason, Detail: detail})...)
 		}
-		if o := c.OwnerPod; o != nil && !reported[o.UID] {
+		if o := c.OwnerPod; o != nil && !slices.Contains(reported, o.UID) {
 			p := s.Pod(index.Key{Namespace: c.Key.Namespace, Name: o.Name})
 			if p == nil || p.UID != o.UID {
 				out = append(out, perDevice(s, c, Leak{Claim: c, Pod: o.Name, PodUID: o.UID, Reason: LeakOwnerMissing,

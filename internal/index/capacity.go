@@ -1,6 +1,7 @@
 package index
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 )
@@ -128,8 +129,10 @@ func (s *Snapshot) LaneCapacity() []Capacity {
 }
 
 func sortCapacity(rows []Capacity) {
+	// Field by field (joining the fields per comparison allocated two
+	// strings each time: 350k of them for 12k nodes).
 	slices.SortFunc(rows, func(a, b Capacity) int {
-		return strings.Compare(a.Lane+"\x00"+a.DeviceClass+"\x00"+a.Node, b.Lane+"\x00"+b.DeviceClass+"\x00"+b.Node)
+		return cmp.Or(strings.Compare(a.Lane, b.Lane), strings.Compare(a.DeviceClass, b.DeviceClass), strings.Compare(a.Node, b.Node))
 	})
 }
 
