@@ -176,10 +176,7 @@ func (ix *Index) snapshot(prev *Snapshot, changedClaims, changedPods map[Key]str
 	} else {
 		s.unreservedSince = maps.Clone(ix.unreservedSince)
 		if prev != nil && fewChanged(len(changedClaims), len(prev.Claims)) {
-			changed := make(map[Key]*Claim, len(changedClaims))
-			for k := range changedClaims {
-				changed[k] = ix.claims[k]
-			}
+			changed := current(changedClaims, ix.claims)
 			builds = append(builds, func() { s.patchClaims(prev, changed) })
 		} else {
 			s.Claims = slices.Collect(maps.Values(ix.claims))
@@ -189,10 +186,7 @@ func (ix *Index) snapshot(prev *Snapshot, changedClaims, changedPods map[Key]str
 	if pods {
 		s.Pods, s.podsByKey = prev.Pods, prev.podsByKey
 	} else if prev != nil && fewChanged(len(changedPods), len(prev.Pods)) {
-		changed := make(map[Key]*Pod, len(changedPods))
-		for k := range changedPods {
-			changed[k] = ix.pods[k]
-		}
+		changed := current(changedPods, ix.pods)
 		builds = append(builds, func() { s.patchPods(prev, changed) })
 	} else {
 		s.Pods = slices.Collect(maps.Values(ix.pods))
@@ -295,20 +289,14 @@ func fewChanged(changed, total int) bool { return changed <= 64 || changed <= to
 // an order anything reads). prev's maps and slices are shared, never
 // written: a changed entry gets a new slice or usage.
 func (s *Snapshot) patchClaims(prev *Snapshot, changed map[Key]*Claim) {
-	s.Claims = make([]*Claim, 0, len(prev.Claims)+len(changed))
-	for _, c := range prev.Claims {
-		if _, ok := changed[c.Key]; !ok {
-			s.Claims = append(s.Claims, c)
-		}
-	}
-	s.claimsByKey = maps.Clone(prev.claimsByKey)
+	s.Claims = patchList(prev.Claims, changed, func(c *Claim) Key { return c.Key })
+	s.claimsByKey = patchByKey(prev.claimsByKey, changed)
 	s.claimsByOwner = maps.Clone(prev.claimsByOwner)
 	s.claimsByGroup = maps.Clone(prev.claimsByGroup)
 	s.usage = maps.Clone(prev.usage)
 	devices := map[DeviceKey]struct{}{}
 	for k, c := range changed {
 		if old := prev.claimsByKey[k]; old != nil {
-			delete(s.claimsByKey, k)
 			if o := old.OwnerPod; o != nil {
 				setOrDelete(s.claimsByOwner, o.UID, without(s.claimsByOwner[o.UID], old))
 			}
@@ -323,8 +311,6 @@ func (s *Snapshot) patchClaims(prev *Snapshot, changed map[Key]*Claim) {
 		if c == nil {
 			continue
 		}
-		s.Claims = append(s.Claims, c)
-		s.claimsByKey[k] = c
 		if o := c.OwnerPod; o != nil {
 			s.claimsByOwner[o.UID] = append(slices.Clip(s.claimsByOwner[o.UID]), c)
 		}
@@ -384,21 +370,52 @@ func setOrDelete[K comparable, V any](m map[K][]V, k K, v []V) {
 
 // patchPods is patchClaims for the pod joins.
 func (s *Snapshot) patchPods(prev *Snapshot, changed map[Key]*Pod) {
-	s.Pods = make([]*Pod, 0, len(prev.Pods)+len(changed))
-	for _, p := range prev.Pods {
-		if _, ok := changed[p.Key]; !ok {
-			s.Pods = append(s.Pods, p)
+	s.Pods = patchList(prev.Pods, changed, func(p *Pod) Key { return p.Key })
+	s.podsByKey = patchByKey(prev.podsByKey, changed)
+}
+
+// current returns the records the index holds under the changed keys (nil:
+// deleted).
+func current[R any](keys map[Key]struct{}, held map[Key]*R) map[Key]*R {
+	out := make(map[Key]*R, len(keys))
+	for k := range keys {
+		out[k] = held[k]
+	}
+	return out
+}
+
+// patchList returns prev without the changed records' old versions, with
+// their current ones (those not deleted) at the end.
+func patchList[R any](prev []*R, changed map[Key]*R, key func(*R) Key) []*R {
+	out := make([]*R, 0, len(prev)+len(changed))
+	for _, r := range prev {
+		if _, ok := changed[key(r)]; !ok {
+			out = append(out, r)
 		}
 	}
-	s.podsByKey = maps.Clone(prev.podsByKey)
-	for k, p := range changed {
-		if p == nil {
-			delete(s.podsByKey, k)
-			continue
+	for _, r := range changed {
+		if r != nil {
+			out = append(out, r)
 		}
-		s.Pods = append(s.Pods, p)
-		s.podsByKey[k] = p
 	}
+	return out
+}
+
+// patchByKey returns a copy of prev with the changed records set (or
+// deleted).
+func patchByKey[R any](prev map[Key]*R, changed map[Key]*R) map[Key]*R {
+	out := maps.Clone(prev)
+	if out == nil {
+		out = make(map[Key]*R, len(changed))
+	}
+	for k, r := range changed {
+		if r == nil {
+			delete(out, k)
+		} else {
+			out[k] = r
+		}
+	}
+	return out
 }
 
 func (s *Snapshot) buildPods() {
