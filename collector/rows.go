@@ -12,6 +12,7 @@ package collector
 import (
 	"bytes"
 	"cmp"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -136,10 +137,13 @@ type rowCache struct {
 }
 
 // render brings the cache to snapshot s and returns the lines of each
-// family with series. A panic in the collector leaves the cache empty, so
-// that the next pass renders every row again.
+// family with series. A failure or a panic (in the collector or here)
+// leaves the cache empty, so that the next pass renders every row again.
 func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ map[*Def][]line, err error) {
 	defer func() {
+		if r := recover(); r != nil {
+			err = panicError{value: r, stack: debug.Stack()}
+		}
 		if err != nil {
 			*rc = rowCache{}
 		}
@@ -170,15 +174,28 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ ma
 			}
 		}
 	}
-	added := map[*Def][]newLine{}
-	var ends []int
+	count := map[*Def]int{}
 	for _, f := range fresh {
-		var buf []byte
+		for _, sm := range f.e.samples {
+			count[sm.def]++
+		}
+	}
+	added := make(map[*Def][]newLine, len(count))
+	for d, n := range count {
+		added[d] = make([]newLine, 0, n)
+	}
+	var ends []int
+	var scratch []byte
+	for _, f := range fresh {
+		// Rendered into scratch, then kept at its size: a row holds
+		// its bytes for as long as it lives.
+		scratch = scratch[:0]
 		ends = ends[:0]
 		for _, sm := range f.e.samples {
-			buf = sm.def.appendLine(buf, sm)
-			ends = append(ends, len(buf))
+			scratch = sm.def.appendLine(scratch, sm)
+			ends = append(ends, len(scratch))
 		}
+		buf := bytes.Clone(scratch)
 		f.r.buf = buf
 		start := 0
 		for k, sm := range f.e.samples {
@@ -336,22 +353,34 @@ func sortLines(d *Def, ls []newLine) []line {
 		}
 		return 0
 	}
-	pos := make([]int32, len(ls))
-	for i := range pos {
-		pos[i] = int32(i)
+	// Positions sorted with the first label's value beside them: most
+	// comparisons end there, without reaching into the lines.
+	type keyed struct {
+		first string
+		pos   int32
 	}
-	slices.SortFunc(pos, func(a, b int32) int {
-		if c := compare(ls[a].lvs, ls[b].lvs); c != 0 {
+	keys := make([]keyed, len(ls))
+	for i := range keys {
+		keys[i].pos = int32(i)
+		if len(order) > 0 {
+			keys[i].first = ls[i].lvs[order[0]]
+		}
+	}
+	slices.SortFunc(keys, func(a, b keyed) int {
+		if c := strings.Compare(a.first, b.first); c != 0 {
 			return c
 		}
-		return cmp.Compare(a, b)
+		if c := compare(ls[a.pos].lvs, ls[b.pos].lvs); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.pos, b.pos)
 	})
 	out := make([]line, 0, len(ls))
-	for k, p := range pos {
-		if k > 0 && compare(ls[p].lvs, ls[pos[k-1]].lvs) == 0 {
+	for k, key := range keys {
+		if k > 0 && key.first == keys[k-1].first && compare(ls[key.pos].lvs, ls[keys[k-1].pos].lvs) == 0 {
 			continue
 		}
-		out = append(out, ls[p].line)
+		out = append(out, ls[key.pos].line)
 	}
 	return out
 }
@@ -362,6 +391,9 @@ func sortLines(d *Def, ls []newLine) []line {
 func mergeLines(a, b []line) []line {
 	if len(b) == 0 {
 		return a
+	}
+	if len(a) == 0 {
+		return b
 	}
 	out := make([]line, 0, len(a)+len(b))
 	for _, l := range b {

@@ -14,9 +14,12 @@ import (
 	"cmp"
 	"io"
 	"math"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dra-exporter/dra-exporter/internal/index"
@@ -164,21 +167,28 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	var now time.Time
 	var snap *index.Snapshot
 	c.reset(x)
-	x.each(func(i int, s *index.Snapshot, t time.Time) (bool, error) {
+	x.each(func(i int, s *index.Snapshot, t time.Time) step {
 		snap, now = s, t
 		if c.reusable(x, i, s, t) {
 			reused = append(reused, i)
-			return true, nil
+			return step{skip: true}
 		}
 		if rowc, ok := x.collectors[i].(rowCollector); ok && c.cacheable(x, i) {
 			// Only the rows of changed objects are rendered.
-			if err := c.renderRows(x, i, rowc, s); err != nil {
-				return true, err
+			rc := c.rowCache(i)
+			var lines map[*Def][]line
+			return step{
+				work: func() (err error) {
+					lines, err = rc.render(x, rowc, s)
+					return err
+				},
+				done: func() {
+					c.keepRows(i, lines, s)
+					reused = append(reused, i)
+				},
 			}
-			reused = append(reused, i)
-			return true, nil
 		}
-		return false, nil
+		return step{}
 	}, func(i int, samples []sample) {
 		runs = append(runs, run{i, samples})
 	})
@@ -227,40 +237,97 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	return out
 }
 
+// step is how each handles one collector: skip it (its series are at
+// hand), run work instead of the collector, or (the zero step) run the
+// collector. work may run while other collectors do and must keep to its
+// own state; done, called in collector order once work succeeded, keeps
+// what it made.
+type step struct {
+	skip bool
+	work func() error
+	done func()
+}
+
 // each runs every collector over one snapshot and hands the samples of
-// each that succeeded, and the timing series (collector -1), to emit.
-// skip, when set, is asked first whether collector i's series for the
-// snapshot at now are already at hand, or were rendered another way (err
-// says whether that failed); a skipped collector reports only timing.
-func (x *Exporter) each(skip func(i int, s *index.Snapshot, now time.Time) (bool, error), emit func(i int, samples []sample)) {
+// each that succeeded, and the timing series (collector -1), to emit, in
+// collector order. plan, when set, is asked first, in collector order, how
+// to handle collector i for the snapshot at now; a skipped collector
+// reports only timing. The collectors run side by side, as many at once as
+// there are processors: a snapshot is read-only and its memos lock, and at
+// 100k claims a scrape that renders everything is seconds of CPU.
+func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step, emit func(i int, samples []sample)) {
 	if x.complete != nil && !x.complete() {
 		return
 	}
 	s := x.src.Snapshot()
 	now := x.now()
+	type outcome struct {
+		runs    bool
+		step    step
+		samples []sample
+		err     error
+		took    time.Duration
+	}
+	out := make([]outcome, len(x.collectors))
+	slots := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
 	for i, c := range x.collectors {
 		if !x.shardRuns(c) {
 			continue
 		}
-		start := time.Now()
-		var err error
-		skipped := false
-		if skip != nil {
-			skipped, err = skip(i, s, now)
+		o := &out[i]
+		o.runs = true
+		if plan != nil {
+			start := time.Now()
+			o.step = plan(i, s, now)
+			o.took = time.Since(start)
 		}
-		if !skipped {
-			var e *emitter
-			if e, err = x.run(c, s, now); err == nil {
-				emit(i, e.samples)
+		if o.step.skip {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			start := time.Now()
+			defer func() {
+				// work's own panics (a collector's are recovered in run).
+				if r := recover(); r != nil {
+					o.samples, o.err = nil, panicError{value: r, stack: debug.Stack()}
+				}
+				o.took += time.Since(start)
+			}()
+			if o.step.work != nil {
+				o.err = o.step.work()
+				return
 			}
+			var e *emitter
+			if e, o.err = x.run(c, s, now); o.err == nil {
+				o.samples = e.samples
+			}
+		}()
+	}
+	wg.Wait()
+	for i, c := range x.collectors {
+		o := &out[i]
+		if !o.runs {
+			continue
 		}
-		if err != nil {
-			x.logFailure(c, err)
+		switch {
+		case o.err != nil:
+			x.logFailure(c, o.err)
+		case o.step.work != nil:
+			if o.step.done != nil {
+				o.step.done()
+			}
+		case !o.step.skip:
+			emit(i, o.samples)
 		}
 		if x.timing {
 			emit(-1, []sample{
-				{def: scrapeDuration, v: time.Since(start).Seconds(), lvs: []string{c.Name()}},
-				{def: scrapeSuccess, v: boolFloat(err == nil), lvs: []string{c.Name()}},
+				{def: scrapeDuration, v: o.took.Seconds(), lvs: []string{c.Name()}},
+				{def: scrapeSuccess, v: boolFloat(o.err == nil), lvs: []string{c.Name()}},
 			})
 		}
 	}

@@ -107,25 +107,24 @@ type textCache struct {
 	lines map[*Def][]line
 }
 
-// renderRows renders row collector i's changed rows over s and keeps its
-// families' text, as a kept run. On failure the collector's families are
-// left out of this scrape.
-func (c *textCache) renderRows(x *Exporter, i int, rowc rowCollector, s *index.Snapshot) error {
+// rowCache returns row collector i's rows, made the first time.
+func (c *textCache) rowCache(i int) *rowCache {
 	rc := c.rows[i]
 	if rc == nil {
 		rc = &rowCache{}
 		c.rows[i] = rc
 	}
-	lines, err := rc.render(x, rowc, s)
-	if err != nil {
-		return err
-	}
+	return rc
+}
+
+// keepRows keeps the lines row collector i rendered over s as its
+// families' text, as a kept run.
+func (c *textCache) keepRows(i int, lines map[*Def][]line, s *index.Snapshot) {
 	for d, ls := range lines {
 		c.text[d] = d.appendHeader(nil)
 		c.lines[d] = ls
 	}
 	c.done[i] = keptRun{version: s.Version()}
-	return nil
 }
 
 type keptRun struct {
