@@ -7,8 +7,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -104,16 +106,29 @@ func serve(args []string, stderr io.Writer) int {
 		reg.MustRegister(latency)
 	}
 
+	// Ready once the families are rendered: the first scrape is then
+	// written from what is ready, not rendered whole (seconds at 100k
+	// claims, past Prometheus' default scrape timeout). The initial lists
+	// leave garbage of about the size of the index; it is returned to the
+	// system once, rather than kept as headroom the exporter never uses
+	// again.
+	var rendered atomic.Bool
 	go func() {
-		if informers.WaitForSync(ctx, 10*time.Minute) {
-			logger.Info("informers synced")
-			logger.Info("families rendered for the first scrape", "took", cluster.Prerender().Round(time.Millisecond))
+		if !informers.WaitForSync(ctx) {
+			return
 		}
+		logger.Info("informers synced")
+		logger.Info("families rendered for the first scrape", "took", cluster.Prerender().Round(time.Millisecond))
+		rendered.Store(true)
+		debug.FreeOSMemory()
 	}()
 	return w.listenAndServe(ctx, logger, reg, cluster, "dra-exporter", "Kubernetes Dynamic Resource Allocation exporter", ":9877", func() string {
 		if unsynced := informers.Unsynced(); len(unsynced) > 0 {
 			sort.Strings(unsynced)
 			return "informers not synced: " + strings.Join(unsynced, ", ")
+		}
+		if !rendered.Load() {
+			return "informers synced, families not rendered yet"
 		}
 		return ""
 	})

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"runtime/debug"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -159,10 +158,9 @@ func (i *Informers) Unsynced() []string {
 	return out
 }
 
-// WaitForSync waits until every informer synced or the timeout passed.
-func (i *Informers) WaitForSync(ctx context.Context, timeout time.Duration) bool {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+// WaitForSync waits until every informer synced or ctx is done, and
+// reports whether they synced.
+func (i *Informers) WaitForSync(ctx context.Context) bool {
 	fns := make([]cache.InformerSynced, 0, len(i.synced))
 	for _, fn := range i.synced {
 		fns = append(fns, fn)
