@@ -11,6 +11,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	dracel "k8s.io/dynamic-resource-allocation/cel"
+
+	"github.com/dra-exporter/dra-exporter/internal/devattr"
 )
 
 // cacheSize bounds the compiled-program cache. Selector expressions are few
@@ -72,7 +74,7 @@ func New() *Matcher {
 // Device is what a selector sees of a device.
 type Device struct {
 	Driver     string
-	Attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	Attributes devattr.Attributes
 	Capacity   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
 }
 
@@ -203,7 +205,7 @@ func (m *Matcher) valueResultsOf(expr string, prog dracel.CompilationResult) *va
 func evaluate(prog dracel.CompilationResult, dev Device) (bool, error) {
 	ok, _, err := prog.DeviceMatches(context.Background(), dracel.Device{
 		Driver:     dev.Driver,
-		Attributes: dev.Attributes,
+		Attributes: dev.Attributes.Map(),
 		Capacity:   dev.Capacity,
 	})
 	if err != nil {

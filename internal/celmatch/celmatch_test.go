@@ -8,6 +8,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/dra-exporter/dra-exporter/internal/devattr"
 )
 
 const (
@@ -29,10 +31,21 @@ func selectors(exprs ...string) []resourceapi.DeviceSelector {
 	return out
 }
 
+// published is a device as a ResourceSlice publishes it.
+type published struct {
+	Driver     string
+	Attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	Capacity   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
+}
+
+func (p published) compact() Device {
+	return Device{Driver: p.Driver, Attributes: devattr.FromMap(p.Attributes), Capacity: p.Capacity}
+}
+
 // h100 is a full GPU as the NVIDIA DRA driver publishes it (bare attribute
 // names, in the driver's domain).
-func h100() Device {
-	return Device{
+func h100() published {
+	return published{
 		Driver: "gpu.nvidia.com",
 		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			"type":          str("gpu"),
@@ -46,8 +59,8 @@ func h100() Device {
 	}
 }
 
-func mig1g5gb() Device {
-	return Device{
+func mig1g5gb() published {
+	return published{
 		Driver: "gpu.nvidia.com",
 		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			"type":        str("mig"),
@@ -66,7 +79,7 @@ func TestMatch(t *testing.T) {
 	otherDriver := h100()
 	otherDriver.Driver = "gpu.example.com"
 
-	qualified := Device{
+	qualified := published{
 		Driver: "gpu.nvidia.com",
 		Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 			"gpu.nvidia.com/type": str("gpu"),
@@ -79,7 +92,7 @@ func TestMatch(t *testing.T) {
 	tests := []struct {
 		name      string
 		selectors []resourceapi.DeviceSelector
-		dev       Device
+		dev       published
 		want      bool
 	}{
 		{"gpu class selects a full GPU", selectors(gpuClassExpr), h100(), true},
@@ -108,7 +121,7 @@ func TestMatch(t *testing.T) {
 	m := New()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := m.Match(tt.selectors, tt.dev)
+			got, err := m.Match(tt.selectors, tt.dev.compact())
 			if err != nil {
 				t.Fatalf("Match: unexpected error %v", err)
 			}
@@ -123,7 +136,7 @@ func TestMatchRuntimeError(t *testing.T) {
 	m := New()
 	// A full GPU has no profile attribute: the lookup fails at runtime.
 	expr := "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'"
-	ok, err := m.Match(selectors(expr), h100())
+	ok, err := m.Match(selectors(expr), h100().compact())
 	if ok {
 		t.Errorf("a device on which the selector fails must not match")
 	}
@@ -137,7 +150,7 @@ func TestMatchRuntimeError(t *testing.T) {
 		t.Errorf("error %q does not name the missing key", err)
 	}
 	// The same expression on a device that has the key evaluates.
-	ok, err = m.Match(selectors(expr), mig1g5gb())
+	ok, err = m.Match(selectors(expr), mig1g5gb().compact())
 	if err != nil || !ok {
 		t.Errorf("Match on a MIG device = %v, %v; want true, nil", ok, err)
 	}
@@ -149,7 +162,7 @@ func TestMatchRuntimeError(t *testing.T) {
 
 func TestMatchErrorNamesTheSelector(t *testing.T) {
 	m := New()
-	_, err := m.Match(selectors(gpuClassExpr, "device.attributes['gpu.nvidia.com'].profile == 'x'"), h100())
+	_, err := m.Match(selectors(gpuClassExpr, "device.attributes['gpu.nvidia.com'].profile == 'x'"), h100().compact())
 	if err == nil {
 		t.Fatal("want an error from the second selector")
 	}
@@ -183,7 +196,7 @@ func TestCompileErrorCached(t *testing.T) {
 
 	// Match reports the cached error (the same value), and does not match.
 	for i := 0; i < 3; i++ {
-		matched, err := m.Match(selectors(bad), h100())
+		matched, err := m.Match(selectors(bad), h100().compact())
 		if matched {
 			t.Errorf("a selector that does not compile matched")
 		}
@@ -208,13 +221,13 @@ func TestMatchConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := 0; j < 20; j++ {
-				if ok, err := m.Match(selectors(gpuClassExpr), h100()); !ok || err != nil {
+				if ok, err := m.Match(selectors(gpuClassExpr), h100().compact()); !ok || err != nil {
 					errs <- "gpu class on H100: " + errString(err)
 				}
-				if ok, err := m.Match(selectors(gpuClassExpr), mig1g5gb()); ok || err != nil {
+				if ok, err := m.Match(selectors(gpuClassExpr), mig1g5gb().compact()); ok || err != nil {
 					errs <- "gpu class on MIG: " + errString(err)
 				}
-				if _, err := m.Match(selectors("device.driver =="), h100()); err == nil {
+				if _, err := m.Match(selectors("device.driver =="), h100().compact()); err == nil {
 					errs <- "broken selector gave no error"
 				}
 			}

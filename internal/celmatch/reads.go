@@ -11,6 +11,8 @@ import (
 	"github.com/google/cel-go/common/operators"
 	"github.com/google/cel-go/common/types"
 	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/dra-exporter/dra-exporter/internal/devattr"
 )
 
 // A selector sees a device through device.driver, device.attributes and
@@ -200,7 +202,7 @@ func (r reads) key(dev Device, validVersion func(string) bool) (string, bool) {
 	b := make([]byte, 0, 64)
 	b = appendString(b, dev.Driver)
 	for _, q := range r.attributes {
-		a, found, ok := lookup(dev.Attributes, dev.Driver, q)
+		a, found, ok := lookup(dev.Attributes.Get, dev.Driver, q)
 		if !ok {
 			return "", false
 		}
@@ -211,7 +213,10 @@ func (r reads) key(dev Device, validVersion func(string) bool) (string, bool) {
 		b = appendAttribute(b, a)
 	}
 	for _, q := range r.capacity {
-		c, found, ok := lookup(dev.Capacity, dev.Driver, q)
+		c, found, ok := lookup(func(n resourceapi.QualifiedName) (resourceapi.DeviceCapacity, bool) {
+			c, ok := dev.Capacity[n]
+			return c, ok
+		}, dev.Driver, q)
 		if !ok {
 			return "", false
 		}
@@ -227,10 +232,10 @@ func (r reads) key(dev Device, validVersion func(string) bool) (string, bool) {
 
 // lookup finds a name as the library's map of domains sees it: qualified
 // with its domain, or bare when the domain is the driver's.
-func lookup[V any](m map[resourceapi.QualifiedName]V, driver string, q qualified) (v V, found, ok bool) {
-	v, found = m[resourceapi.QualifiedName(q.domain+"/"+q.id)]
+func lookup[V any](get func(resourceapi.QualifiedName) (V, bool), driver string, q qualified) (v V, found, ok bool) {
+	v, found = get(resourceapi.QualifiedName(q.domain + "/" + q.id))
 	if q.domain == driver && !strings.Contains(q.id, "/") {
-		if bare, both := m[resourceapi.QualifiedName(q.id)]; both {
+		if bare, both := get(resourceapi.QualifiedName(q.id)); both {
 			if found {
 				return v, false, false
 			}
@@ -242,8 +247,8 @@ func lookup[V any](m map[resourceapi.QualifiedName]V, driver string, q qualified
 
 // convertible reports whether the library turns every attribute into a CEL
 // value, in the order of its own switch.
-func convertible(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, validVersion func(string) bool) bool {
-	for _, a := range attrs {
+func convertible(attrs devattr.Attributes, validVersion func(string) bool) bool {
+	for _, a := range attrs.All {
 		switch {
 		case a.IntValues != nil, a.BoolValues != nil, a.StringValues != nil:
 		case a.VersionValues != nil:

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/dra-exporter/dra-exporter/internal/celmatch"
+	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/shard"
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
@@ -124,10 +125,9 @@ func (ix *Index) Upsert(obj any, live bool) error {
 		ix.upsertClass(newClass(o))
 		ix.touch(KindClass)
 	case *resourceapi.ResourceSlice:
-		if !sameContent(ix.slice(o.Name), o) {
-			ix.upsertSlice(o)
-			ix.touch(KindSlice)
-		}
+		ix.upsertSliceIfChanged(objects.CompactSlice(o))
+	case *objects.Slice:
+		ix.upsertSliceIfChanged(o)
 	case *resourceapi.ResourceClaim:
 		old := ix.claims[Key{o.Namespace, o.Name}]
 		if old != nil && sameContent(old.Obj, o) {
@@ -175,8 +175,15 @@ func (ix *Index) Upsert(obj any, live bool) error {
 	return nil
 }
 
+func (ix *Index) upsertSliceIfChanged(s *objects.Slice) {
+	if !ix.slice(s.Name).Equal(s) {
+		ix.upsertSlice(s)
+		ix.touch(KindSlice)
+	}
+}
+
 // slice returns the slice of that name the index holds, or nil.
-func (ix *Index) slice(name string) *resourceapi.ResourceSlice {
+func (ix *Index) slice(name string) *objects.Slice {
 	pk, ok := ix.sliceToPool[name]
 	if !ok {
 		return nil
@@ -198,6 +205,9 @@ func (ix *Index) Delete(obj any) error {
 		ix.rematchClass(o.Name)
 		ix.touch(KindClass)
 	case *resourceapi.ResourceSlice:
+		ix.deleteSlice(o.Name)
+		ix.touch(KindSlice)
+	case *objects.Slice:
 		ix.deleteSlice(o.Name)
 		ix.touch(KindSlice)
 	case *resourceapi.ResourceClaim:

@@ -6,10 +6,10 @@ import (
 	"slices"
 	"sort"
 
-	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/dra-exporter/dra-exporter/internal/celmatch"
+	"github.com/dra-exporter/dra-exporter/internal/objects"
 )
 
 // PoolKey names a resource pool.
@@ -22,7 +22,7 @@ type PoolKey struct {
 // publish devices: a driver bumps the generation when it republishes, and
 // slices of the older generation are stale until it deletes them.
 type pool struct {
-	slices     map[string]*resourceapi.ResourceSlice
+	slices     map[string]*objects.Slice
 	generation int64
 	devices    map[string]*Device
 	// counters are the pool's shared counter sets (newest generation):
@@ -33,7 +33,7 @@ type pool struct {
 	problem string
 }
 
-func (ix *Index) upsertSlice(s *resourceapi.ResourceSlice) {
+func (ix *Index) upsertSlice(s *objects.Slice) {
 	pk := PoolKey{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name}
 	if old, ok := ix.sliceToPool[s.Name]; ok && old != pk {
 		ix.removeSliceFromPool(s.Name, old)
@@ -41,7 +41,7 @@ func (ix *Index) upsertSlice(s *resourceapi.ResourceSlice) {
 	ix.sliceToPool[s.Name] = pk
 	p := ix.pools[pk]
 	if p == nil {
-		p = &pool{slices: map[string]*resourceapi.ResourceSlice{}, devices: map[string]*Device{}}
+		p = &pool{slices: map[string]*objects.Slice{}, devices: map[string]*Device{}}
 		ix.pools[pk] = p
 	}
 	p.slices[s.Name] = s
@@ -80,7 +80,7 @@ func (ix *Index) rebuildPool(pk PoolKey, p *pool) {
 	names := slices.Sorted(maps.Keys(p.slices))
 	devices := make(map[string]*Device, len(p.devices))
 	counters := map[string]map[string]resource.Quantity{}
-	var current []*resourceapi.ResourceSlice
+	var current []*objects.Slice
 	problem := ""
 	for _, name := range names {
 		s := p.slices[name]
@@ -113,7 +113,7 @@ func (ix *Index) rebuildPool(pk PoolKey, p *pool) {
 				devices[d.Name] = old
 				continue
 			}
-			devices[d.Name] = ix.newDevice(pk, s, d)
+			devices[d.Name] = ix.newDevice(pk, s, i)
 		}
 	}
 	for name, old := range p.devices {
@@ -135,7 +135,7 @@ func (ix *Index) rebuildPool(pk PoolKey, p *pool) {
 // republishing), a device consuming a counter the pool does not publish, or
 // the duplicate found while reading the slices. A resourceSliceCount of 0
 // (hand-written objects; the API requires at least 1) checks nothing.
-func poolProblem(current []*resourceapi.ResourceSlice, devices map[string]*Device, counters map[string]map[string]resource.Quantity, dup string) string {
+func poolProblem(current []*objects.Slice, devices map[string]*Device, counters map[string]map[string]resource.Quantity, dup string) string {
 	if len(current) > 0 {
 		if want := current[0].Spec.Pool.ResourceSliceCount; want > 0 && int64(len(current)) != want {
 			return fmt.Sprintf("incomplete: %d of %d slices published", len(current), want)
@@ -160,12 +160,13 @@ func poolProblem(current []*resourceapi.ResourceSlice, devices map[string]*Devic
 	return ""
 }
 
-func (ix *Index) newDevice(pk PoolKey, s *resourceapi.ResourceSlice, d *resourceapi.Device) *Device {
+func (ix *Index) newDevice(pk PoolKey, s *objects.Slice, i int) *Device {
+	d := &s.Spec.Devices[i]
 	dev := &Device{
 		Key:        DeviceKey{Driver: pk.Driver, Pool: pk.Pool, Device: d.Name},
 		Slice:      s.Name,
 		slice:      s,
-		Attributes: d.Attributes,
+		Attributes: s.Attributes[i],
 		Capacity:   d.Capacity,
 		Counters:   d.ConsumesCounters,
 		Taints:     d.Taints,

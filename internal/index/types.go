@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/dra-exporter/dra-exporter/internal/devattr"
+	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
@@ -46,7 +48,7 @@ type Device struct {
 	// devices (slices with allNodes or a node selector).
 	Node       string
 	GPUUUID    string
-	Attributes map[resourceapi.QualifiedName]resourceapi.DeviceAttribute
+	Attributes devattr.Attributes
 	Capacity   map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
 	Counters   []resourceapi.DeviceCounterConsumption
 	Taints     []resourceapi.DeviceTaint
@@ -60,7 +62,7 @@ type Device struct {
 	// device; such a device is not selected by that class.
 	ClassErrors map[string]string
 
-	slice *resourceapi.ResourceSlice
+	slice *objects.Slice
 }
 
 // Attribute returns the string form of an attribute, looked up by its bare
@@ -69,15 +71,15 @@ func (d *Device) Attribute(name string) (string, bool) {
 	return attributeString(d.Attributes, d.Key.Driver, name)
 }
 
-func attributeString(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, driver, name string) (string, bool) {
+func attributeString(attrs devattr.Attributes, driver, name string) (string, bool) {
 	// A bare name is in the driver's domain; so is a name qualified with
 	// the driver's own domain, which drivers may publish either way.
-	a, ok := attrs[resourceapi.QualifiedName(name)]
+	a, ok := attrs.Get(resourceapi.QualifiedName(name))
 	if !ok && !strings.Contains(name, "/") {
-		a, ok = attrs[resourceapi.QualifiedName(driver+"/"+name)]
+		a, ok = attrs.Get(resourceapi.QualifiedName(driver + "/" + name))
 	}
 	if bare, found := strings.CutPrefix(name, driver+"/"); !ok && found {
-		a, ok = attrs[resourceapi.QualifiedName(bare)]
+		a, ok = attrs.Get(resourceapi.QualifiedName(bare))
 	}
 	if !ok {
 		return "", false

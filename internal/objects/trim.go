@@ -33,7 +33,8 @@ type Trimmer struct {
 }
 
 // Trim returns a trimmed copy of a supported object, or the object itself
-// when its kind is not one the trimmer knows.
+// when its kind is not one the trimmer knows. A ResourceSlice becomes a
+// *Slice, its device attributes compact.
 func (t Trimmer) Trim(obj any) any {
 	switch o := obj.(type) {
 	case *corev1.Pod:
@@ -46,10 +47,7 @@ func (t Trimmer) Trim(obj any) any {
 	case *resourceapi.ResourceClaim:
 		return claim(o)
 	case *resourceapi.ResourceSlice:
-		s := o.DeepCopy()
-		s.ManagedFields = nil
-		s.Annotations = nil
-		return s
+		return CompactSlice(o)
 	case *resourceapi.DeviceClass:
 		c := o.DeepCopy()
 		c.ManagedFields = nil

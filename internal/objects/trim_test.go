@@ -336,11 +336,39 @@ func TestTrimEvents(t *testing.T) {
 }
 
 func TestTrimSliceClassNode(t *testing.T) {
+	product := "NVIDIA H100 80GB HBM3"
 	s := &resourceapi.ResourceSlice{ObjectMeta: fullMeta("s"), Spec: resourceapi.ResourceSliceSpec{Driver: "gpu.nvidia.com",
-		Pool: resourceapi.ResourcePool{Name: "node-1", Generation: 1}, Devices: []resourceapi.Device{{Name: "gpu-0"}}}}
-	out := objects.Trimmer{}.Trim(s).(*resourceapi.ResourceSlice)
-	if out.ManagedFields != nil || out.Annotations != nil || len(out.Spec.Devices) != 1 || s.ManagedFields == nil {
+		Pool: resourceapi.ResourcePool{Name: "node-1", Generation: 1}, Devices: []resourceapi.Device{
+			{Name: "gpu-0", Attributes: map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{"productName": {StringValue: &product}}},
+			{Name: "gpu-1"},
+		}}}
+	out := objects.Trimmer{}.Trim(s).(*objects.Slice)
+	if out.ManagedFields != nil || out.Annotations != nil || len(out.Spec.Devices) != 2 || s.ManagedFields == nil {
 		t.Errorf("slice trimmed to %+v (input managedFields %v)", out, s.ManagedFields)
+	}
+	// The attributes move out of the devices, compact, and nothing else
+	// of the input is written.
+	if out.Spec.Devices[0].Attributes != nil || out.Attributes[0].Len() != 1 || out.Attributes[1].Len() != 0 || len(s.Spec.Devices[0].Attributes) != 1 {
+		t.Errorf("attributes: device %v, compact %v, input %v", out.Spec.Devices[0].Attributes, out.Attributes, s.Spec.Devices[0].Attributes)
+	}
+	if d := out.Device(0); *d.Attributes["productName"].StringValue != product || d.Name != "gpu-0" {
+		t.Errorf("device 0 read back as %+v", d)
+	}
+	// A new resourceVersion alone is the same slice; a new attribute value
+	// is not.
+	again := objects.CompactSlice(s)
+	again.ResourceVersion = "2"
+	if !out.Equal(again) {
+		t.Error("a slice that differs only in its resourceVersion is not Equal")
+	}
+	other := "NVIDIA A100-SXM4-80GB"
+	changed := s.DeepCopy()
+	changed.Spec.Devices[0].Attributes["productName"] = resourceapi.DeviceAttribute{StringValue: &other}
+	if out.Equal(objects.CompactSlice(changed)) {
+		t.Error("a slice with another attribute value is Equal")
+	}
+	if cp := out.DeepCopyObject().(*objects.Slice); !cp.Equal(out) || cp.ResourceVersion != out.ResourceVersion {
+		t.Errorf("DeepCopyObject = %+v", cp)
 	}
 
 	c := &resourceapi.DeviceClass{ObjectMeta: fullMeta("gpu.nvidia.com"), Spec: resourceapi.DeviceClassSpec{
