@@ -205,7 +205,7 @@ func (w *walker) walkBindingConditions() bool {
 			conds := deviceConditions(c, r)
 			for _, f := range r.BindingFailureConditions {
 				if cond := meta.FindStatusCondition(conds, f); cond != nil && cond.Status == metav1.ConditionTrue {
-					l := Link{Step: "device binding conditions", Claim: c.Key.Name, Class: c.Requests[r.Request], Reason: BindingFailed, Evidence: []string{
+					l := Link{Step: "device binding conditions", Claim: c.Key.Name, Class: c.ClassOf(r.Request), Reason: BindingFailed, Evidence: []string{
 						fmt.Sprintf("device %s: binding failure condition %s is True (%s: %s) since %s; the scheduler gives the allocation up and retries",
 							dev, f, cond.Reason, cond.Message, cond.LastTransitionTime.UTC().Format("2006-01-02T15:04:05Z"))}}
 					l.Evidence = append(l.Evidence, w.schedulingEvidence()...)

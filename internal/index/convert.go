@@ -2,6 +2,7 @@ package index
 
 import (
 	"math"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,7 +21,6 @@ func newClaim(obj *resourceapi.ResourceClaim) *Claim {
 		Key:      Key{obj.Namespace, obj.Name},
 		UID:      obj.UID,
 		Extended: obj.Annotations[resourceapi.ExtendedResourceClaimAnnotation] == "true",
-		Requests: make(map[string]string, len(obj.Spec.Devices.Requests)),
 	}
 	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
 		switch {
@@ -30,14 +30,7 @@ func newClaim(obj *resourceapi.ResourceClaim) *Claim {
 			c.OwnerGroup = &Owner{Name: ref.Name, UID: ref.UID}
 		}
 	}
-	for _, r := range obj.Spec.Devices.Requests {
-		if r.Exactly != nil {
-			c.Requests[r.Name] = r.Exactly.DeviceClassName
-		}
-		for _, sub := range r.FirstAvailable {
-			c.Requests[r.Name+"/"+sub.Name] = sub.DeviceClassName
-		}
-	}
+	c.Requests = requestClasses(obj.Spec.Devices.Requests)
 	alloc := obj.Status.Allocation
 	if alloc == nil {
 		return c
@@ -48,10 +41,10 @@ func newClaim(obj *resourceapi.ResourceClaim) *Claim {
 	c.Node = nodeFromSelector(alloc.NodeSelector)
 	c.Results = make([]Result, 0, len(alloc.Devices.Results))
 	for _, r := range alloc.Devices.Results {
-		class, ok := c.Requests[r.Request]
-		if !ok {
+		class := c.ClassOf(r.Request)
+		if class == "" {
 			parent, _, _ := strings.Cut(r.Request, "/")
-			class = c.Requests[parent]
+			class = c.ClassOf(parent)
 		}
 		c.Results = append(c.Results, Result{
 			Request:          r.Request,
@@ -63,6 +56,29 @@ func newClaim(obj *resourceapi.ResourceClaim) *Claim {
 		})
 	}
 	return c
+}
+
+// requestClasses lists the requests and subrequests with their classes,
+// sorted by name; of a name given twice (invalid) the last counts.
+func requestClasses(requests []resourceapi.DeviceRequest) []RequestClass {
+	var out []RequestClass
+	for _, r := range requests {
+		if r.Exactly != nil {
+			out = append(out, RequestClass{Request: r.Name, Class: r.Exactly.DeviceClassName})
+		}
+		for _, sub := range r.FirstAvailable {
+			out = append(out, RequestClass{Request: r.Name + "/" + sub.Name, Class: sub.DeviceClassName})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b RequestClass) int { return strings.Compare(a.Request, b.Request) })
+	kept := out[:0]
+	for i, r := range out {
+		if i+1 < len(out) && out[i+1].Request == r.Request {
+			continue
+		}
+		kept = append(kept, r)
+	}
+	return kept
 }
 
 // nodeFromSelector returns the node an allocation is bound to. The scheduler

@@ -982,6 +982,11 @@ func TestClaimResultClasses(t *testing.T) {
 	if classes := got.Classes(); !slices.Equal(classes, []string{GPUClassName, MIGClassName}) {
 		t.Errorf("Classes = %v", classes)
 	}
+	for request, want := range map[string]string{"gpu": GPUClassName, "flex/big": GPUClassName, "flex/small": MIGClassName, "flex": "", "absent": ""} {
+		if class := got.ClassOf(request); class != want {
+			t.Errorf("ClassOf(%s) = %q, want %q", request, class, want)
+		}
+	}
 }
 
 func TestUnsupportedObject(t *testing.T) {
