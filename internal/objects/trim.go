@@ -5,6 +5,7 @@
 package objects
 
 import (
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +13,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dra-exporter/dra-exporter/internal/devattr"
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
@@ -78,7 +80,7 @@ func (t Trimmer) Trim(obj any) any {
 func meta(in metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name:              in.Name,
-		Namespace:         in.Namespace,
+		Namespace:         intern(in.Namespace),
 		UID:               in.UID,
 		ResourceVersion:   in.ResourceVersion,
 		Generation:        in.Generation,
@@ -96,24 +98,31 @@ func (t Trimmer) pod(in *corev1.Pod) *corev1.Pod {
 			if out.Labels == nil {
 				out.Labels = map[string]string{}
 			}
-			out.Labels[k] = v
+			out.Labels[k] = intern(v)
 		}
 	}
 	if !relevantPod(in) {
 		return out
 	}
-	out.OwnerReferences = in.OwnerReferences
-	out.Spec.NodeName = in.Spec.NodeName
-	out.Spec.ResourceClaims = in.Spec.ResourceClaims
+	out.OwnerReferences = ownerReferences(in.OwnerReferences)
+	for i := range out.OwnerReferences {
+		// A ReplicaSet's pods name the same owner.
+		out.OwnerReferences[i].Name = intern(out.OwnerReferences[i].Name)
+	}
+	out.Spec.NodeName = intern(in.Spec.NodeName)
+	out.Spec.ResourceClaims = slices.Clone(in.Spec.ResourceClaims)
+	for i := range out.Spec.ResourceClaims {
+		out.Spec.ResourceClaims[i].Name = intern(out.Spec.ResourceClaims[i].Name)
+	}
 	out.Spec.SchedulingGroup = in.Spec.SchedulingGroup
 	out.Spec.SchedulingGates = in.Spec.SchedulingGates
 	out.Spec.Priority = in.Spec.Priority
-	out.Spec.PriorityClassName = in.Spec.PriorityClassName
+	out.Spec.PriorityClassName = intern(in.Spec.PriorityClassName)
 	out.Spec.Containers = trimContainers(in.Spec.Containers)
 	out.Spec.InitContainers = trimContainers(in.Spec.InitContainers)
 	st := &in.Status
 	out.Status = corev1.PodStatus{
-		Phase:                       st.Phase,
+		Phase:                       corev1.PodPhase(intern(string(st.Phase))),
 		StartTime:                   st.StartTime,
 		ResourceClaimStatuses:       st.ResourceClaimStatuses,
 		ExtendedResourceClaimStatus: st.ExtendedResourceClaimStatus,
@@ -121,6 +130,9 @@ func (t Trimmer) pod(in *corev1.Pod) *corev1.Pod {
 	for _, c := range st.Conditions {
 		switch c.Type {
 		case corev1.PodScheduled, corev1.PodReady, corev1.ContainersReady, corev1.PodReadyToStartContainers:
+			c.Type = corev1.PodConditionType(intern(string(c.Type)))
+			c.Status = corev1.ConditionStatus(intern(string(c.Status)))
+			c.Reason = intern(c.Reason)
 			out.Status.Conditions = append(out.Status.Conditions, c)
 		}
 	}
@@ -166,7 +178,7 @@ func trimContainers(in []corev1.Container) []corev1.Container {
 	}
 	out := make([]corev1.Container, len(in))
 	for i, c := range in {
-		out[i] = corev1.Container{Name: c.Name, RestartPolicy: c.RestartPolicy, Resources: corev1.ResourceRequirements{Claims: c.Resources.Claims}}
+		out[i] = corev1.Container{Name: intern(c.Name), RestartPolicy: c.RestartPolicy, Resources: corev1.ResourceRequirements{Claims: c.Resources.Claims}}
 		out[i].Resources.Requests = extendedOnly(c.Resources.Requests)
 		out[i].Resources.Limits = extendedOnly(c.Resources.Limits)
 	}
@@ -193,7 +205,7 @@ func trimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 	out := make([]corev1.ContainerStatus, len(in))
 	for i, cs := range in {
 		out[i] = corev1.ContainerStatus{
-			Name:                 cs.Name,
+			Name:                 intern(cs.Name),
 			Ready:                cs.Ready,
 			Started:              cs.Started,
 			RestartCount:         cs.RestartCount,
@@ -224,28 +236,84 @@ func node(in *corev1.Node) *corev1.Node {
 // when status.allocation.allocationTimestamp is absent (API servers before
 // the timestamp existed).
 func claim(in *resourceapi.ResourceClaim) *resourceapi.ResourceClaim {
-	out := in.DeepCopy()
-	if a := out.Status.Allocation; a != nil && a.AllocationTimestamp == nil {
-		if t := allocationWriteTime(in.ManagedFields); t != nil {
-			a.AllocationTimestamp = t
+	out := &resourceapi.ResourceClaim{TypeMeta: in.TypeMeta, ObjectMeta: meta(in.ObjectMeta)}
+	out.OwnerReferences = ownerReferences(in.OwnerReferences)
+	for _, k := range []string{resourceapi.PodResourceClaimAnnotation, resourceapi.ExtendedResourceClaimAnnotation} {
+		if v, ok := in.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = make(map[string]string, 1)
+			}
+			out.Annotations[k] = intern(v)
 		}
 	}
-	out.ManagedFields = nil
-	out.Spec.Devices.Config = nil
-	if out.Status.Allocation != nil {
-		out.Status.Allocation.Devices.Config = nil
-	}
-	for i := range out.Status.Devices {
-		out.Status.Devices[i].Data = nil
-		out.Status.Devices[i].NetworkData = nil
-	}
-	for k := range out.Annotations {
-		if k != resourceapi.PodResourceClaimAnnotation && k != resourceapi.ExtendedResourceClaimAnnotation {
-			delete(out.Annotations, k)
+	spec := in.Spec
+	spec.Devices.Config = nil
+	out.Spec = *spec.DeepCopy()
+	for i := range out.Spec.Devices.Requests {
+		r := &out.Spec.Devices.Requests[i]
+		r.Name = intern(r.Name)
+		if r.Exactly != nil {
+			r.Exactly.DeviceClassName = intern(r.Exactly.DeviceClassName)
 		}
+	}
+
+	st := in.Status
+	if st.Allocation != nil {
+		a := *st.Allocation
+		a.Devices.Config = nil
+		if a.AllocationTimestamp == nil {
+			a.AllocationTimestamp = allocationWriteTime(in.ManagedFields)
+		}
+		st.Allocation = &a
+	}
+	st.Devices = slices.Clone(st.Devices)
+	for i := range st.Devices {
+		st.Devices[i].Data = nil
+		st.Devices[i].NetworkData = nil
+	}
+	out.Status = *st.DeepCopy()
+	if a := out.Status.Allocation; a != nil {
+		for i := range a.Devices.Results {
+			r := &a.Devices.Results[i]
+			r.Request, r.Driver, r.Pool, r.Device = intern(r.Request), intern(r.Driver), intern(r.Pool), intern(r.Device)
+		}
+		if a.NodeSelector != nil {
+			for _, term := range a.NodeSelector.NodeSelectorTerms {
+				for _, reqs := range [][]corev1.NodeSelectorRequirement{term.MatchFields, term.MatchExpressions} {
+					for i := range reqs {
+						reqs[i].Key = intern(reqs[i].Key)
+						for j := range reqs[i].Values {
+							reqs[i].Values[j] = intern(reqs[i].Values[j])
+						}
+					}
+				}
+			}
+		}
+	}
+	for i := range out.Status.ReservedFor {
+		r := &out.Status.ReservedFor[i]
+		r.APIGroup, r.Resource = intern(r.APIGroup), intern(r.Resource)
 	}
 	return out
 }
+
+// ownerReferences copies the references with their group, version and kind
+// interned.
+func ownerReferences(in []metav1.OwnerReference) []metav1.OwnerReference {
+	if in == nil {
+		return nil
+	}
+	out := make([]metav1.OwnerReference, len(in))
+	for i, r := range in {
+		r.APIVersion, r.Kind = intern(r.APIVersion), intern(r.Kind)
+		out[i] = *r.DeepCopy()
+	}
+	return out
+}
+
+// intern returns the one copy of a string that many objects repeat
+// (namespaces, node and driver names, classes, kinds).
+func intern(s string) string { return devattr.Intern(s) }
 
 func allocationWriteTime(fields []metav1.ManagedFieldsEntry) *metav1.Time {
 	var newest *metav1.Time

@@ -251,6 +251,19 @@ func TestTrimClaim(t *testing.T) {
 	if in.Status.Allocation.AllocationTimestamp != nil || in.ManagedFields == nil || in.Spec.Devices.Config == nil {
 		t.Errorf("Trim modified its input")
 	}
+	// Labels and finalizers are read by no join; the controller reference
+	// is (the claim's owning pod).
+	if out.Labels != nil || out.Finalizers != nil || out.Namespace != "prod" || out.UID != in.UID {
+		t.Errorf("metadata trimmed to %+v", out.ObjectMeta)
+	}
+	// The trimmed claim is a copy: later writes to the input (a test's
+	// in-place update, a reused object) do not reach it.
+	in.Status.Allocation.Devices.Results[0].Device = "gpu-9"
+	in.Status.ReservedFor[0].Name = "other"
+	in.Spec.Devices.Requests[0].Name = "other"
+	if a.Devices.Results[0].Device == "gpu-9" || out.Status.ReservedFor[0].Name == "other" || out.Spec.Devices.Requests[0].Name == "other" {
+		t.Errorf("the trimmed claim shares the input's status or spec")
+	}
 }
 
 func TestTrimClaimAllocationTimestamp(t *testing.T) {
