@@ -10,7 +10,7 @@ package devattr
 import (
 	"slices"
 	"strings"
-	"unique"
+	"sync"
 
 	resourceapi "k8s.io/api/resource/v1"
 )
@@ -49,14 +49,42 @@ const (
 )
 
 // Intern returns the canonical copy of s: a fleet publishes the same names
-// and most of the same values (product, architecture, driver version) on
-// every device. Entries go when no device holds them any more.
+// and most of the same values (product, architecture, driver version, node
+// and namespace names) on every device, pod and claim, and a decoded
+// object's strings are each an allocation of their own. The table is
+// bounded (maxInterned strings of at most maxInternedLen bytes); past it a
+// string is returned as it is.
 func Intern(s string) string {
-	if s == "" {
-		return ""
+	if s == "" || len(s) > maxInternedLen {
+		return s
 	}
-	return unique.Make(s).Value()
+	interned.RLock()
+	c, ok := interned.m[s]
+	interned.RUnlock()
+	if ok {
+		return c
+	}
+	interned.Lock()
+	defer interned.Unlock()
+	if c, ok := interned.m[s]; ok {
+		return c
+	}
+	if len(interned.m) >= maxInterned {
+		return s
+	}
+	interned.m[s] = s
+	return s
 }
+
+const (
+	maxInterned    = 1 << 17
+	maxInternedLen = 64
+)
+
+var interned = struct {
+	sync.RWMutex
+	m map[string]string
+}{m: map[string]string{}}
 
 // FromMap returns the attributes of a published map.
 func FromMap(m map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) Attributes {

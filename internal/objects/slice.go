@@ -1,6 +1,11 @@
 package objects
 
 import (
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +37,7 @@ func CompactSlice(in *resourceapi.ResourceSlice) *Slice {
 		out.Attributes[i] = devattr.FromMap(d.Attributes)
 		d.Attributes = nil
 		d.Name = devattr.Intern(d.Name)
+		d.Capacity = shareCapacity(d.Capacity)
 		out.Spec.Devices[i] = d
 	}
 	return out
@@ -68,4 +74,48 @@ func (s *Slice) DeepCopyObject() runtime.Object {
 	out := &Slice{Attributes: s.Attributes}
 	s.ResourceSlice.DeepCopyInto(&out.ResourceSlice)
 	return out
+}
+
+// capacities holds the distinct capacity maps seen, by content: the
+// devices of one product publish the same one (memory: 80Gi), and a map
+// of one entry takes about 700 bytes. Bounded: past maxCapacities, maps
+// are kept as published.
+var capacities = struct {
+	sync.Mutex
+	m map[string]map[resourceapi.QualifiedName]resourceapi.DeviceCapacity
+}{m: map[string]map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{}}
+
+const maxCapacities = 4096
+
+// shareCapacity returns the kept map with the same content as m, or m.
+// Maps with a request policy (consumable capacity) are not shared.
+func shareCapacity(m map[resourceapi.QualifiedName]resourceapi.DeviceCapacity) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
+	if len(m) == 0 {
+		return m
+	}
+	var key strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		c := m[name]
+		if c.RequestPolicy != nil {
+			return m
+		}
+		key.WriteString(string(name))
+		key.WriteByte(0)
+		key.WriteString(c.Value.String())
+		key.WriteByte(0)
+		key.WriteString(string(c.Value.Format))
+		key.WriteByte(0)
+	}
+	capacities.Lock()
+	defer capacities.Unlock()
+	if kept, ok := capacities.m[key.String()]; ok {
+		return kept
+	}
+	if len(capacities.m) >= maxCapacities {
+		return m
+	}
+	// A copy: the input may be written later (a test's object, reused).
+	kept := maps.Clone(m)
+	capacities.m[key.String()] = kept
+	return kept
 }

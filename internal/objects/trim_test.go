@@ -1,6 +1,7 @@
 package objects_test
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -367,6 +368,31 @@ func TestTrimSliceClassNode(t *testing.T) {
 	if d := out.Device(0); *d.Attributes["productName"].StringValue != product || d.Name != "gpu-0" {
 		t.Errorf("device 0 read back as %+v", d)
 	}
+	// Devices of one product share one capacity map; a device with other
+	// capacity has its own.
+	memory := func(q string) map[resourceapi.QualifiedName]resourceapi.DeviceCapacity {
+		return map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{"memory": {Value: resource.MustParse(q)}}
+	}
+	withCapacity := s.DeepCopy()
+	withCapacity.Spec.Devices[0].Capacity = memory("80Gi")
+	withCapacity.Spec.Devices[1].Capacity = memory("80Gi")
+	others := objects.CompactSlice(&resourceapi.ResourceSlice{ObjectMeta: fullMeta("s2"), Spec: resourceapi.ResourceSliceSpec{
+		Devices: []resourceapi.Device{{Name: "gpu-0", Capacity: memory("80Gi")}, {Name: "gpu-1", Capacity: memory("40Gi")}}}})
+	shared := objects.CompactSlice(withCapacity)
+	same := func(a, b map[resourceapi.QualifiedName]resourceapi.DeviceCapacity) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
+	if !same(shared.Spec.Devices[0].Capacity, shared.Spec.Devices[1].Capacity) || !same(shared.Spec.Devices[0].Capacity, others.Spec.Devices[0].Capacity) {
+		t.Error("devices with the same capacity do not share one map")
+	}
+	if q := others.Spec.Devices[1].Capacity["memory"].Value; same(others.Spec.Devices[1].Capacity, others.Spec.Devices[0].Capacity) || q.String() != "40Gi" {
+		t.Errorf("a device with other capacity got %v", q.String())
+	}
+	withCapacity.Spec.Devices[0].Capacity["memory"] = resourceapi.DeviceCapacity{Value: resource.MustParse("1Gi")}
+	if q := shared.Spec.Devices[1].Capacity["memory"].Value; q.String() != "80Gi" {
+		t.Errorf("a write to the input reached the shared map: %v", q.String())
+	}
+
 	// A new resourceVersion alone is the same slice; a new attribute value
 	// is not.
 	again := objects.CompactSlice(s)
