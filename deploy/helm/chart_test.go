@@ -306,6 +306,16 @@ func TestDefaultRender(t *testing.T) {
 	if a := args(container(t, dep)); slices.ContainsFunc(a, func(s string) bool { return strings.Contains(s, "shard") }) {
 		t.Errorf("one replica with sharding flags: %v", a)
 	}
+	// The soft memory limit follows the container's limit.
+	memLimit := false
+	for _, e := range asList(Get(container(t, dep), "env")) {
+		if Get(e, "name") == "GOMEMLIMIT" && Get(e, "valueFrom", "resourceFieldRef", "resource") == "limits.memory" {
+			memLimit = true
+		}
+	}
+	if !memLimit {
+		t.Error("the exporter's GOMEMLIMIT does not come from its limits.memory")
+	}
 	for _, svc := range byKind(objs, "Service") {
 		job := Get(svc.Obj, "metadata", "labels", "dra-exporter/job")
 		if svc.Component() == "exporter" && job != "dra-exporter" {
