@@ -131,7 +131,7 @@ type line struct {
 type rowCache struct {
 	pass  uint64
 	rows  map[any]*row
-	lines map[*Def][]line
+	lines map[*Def]lineSeq
 	// version is the snapshot's of the last pass.
 	version index.Version
 }
@@ -139,7 +139,7 @@ type rowCache struct {
 // render brings the cache to snapshot s and returns the lines of each
 // family with series. A failure or a panic (in the collector or here)
 // leaves the cache empty, so that the next pass renders every row again.
-func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ map[*Def][]line, err error) {
+func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ map[*Def]lineSeq, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = panicError{value: r, stack: debug.Stack()}
@@ -150,7 +150,7 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ ma
 	}()
 	p := &rowPass{rc: rc, x: x}
 	if rc.rows == nil {
-		rc.rows, rc.lines = map[any]*row{}, map[*Def][]line{}
+		rc.rows, rc.lines = map[any]*row{}, map[*Def]lineSeq{}
 	} else {
 		p.keyOnly = s.Version().Unchanged(rc.version, c.inputKinds())
 	}
@@ -208,7 +208,7 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ ma
 		if len(added[d]) == 0 && len(drops[d]) == 0 {
 			continue // nothing changed: the same slice
 		}
-		if merged := mergeLines(without(rc.lines[d], drops[d]), sortLines(d, added[d])); len(merged) > 0 {
+		if merged := rc.lines[d].update(drops[d], sortLines(d, added[d])); merged.Len() > 0 {
 			rc.lines[d] = merged
 		} else {
 			delete(rc.lines, d)
@@ -221,7 +221,7 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ ma
 // the positions of each family, sorted. A row's buffer may hold a line its
 // family does not (a repeated label set, which the family writes once):
 // only a line that is the row's own (the same bytes) is dropped.
-func (rc *rowCache) dropPositions(c rowCollector, dropped []*row) map[*Def][]int {
+func (rc *rowCache) dropPositions(c rowCollector, dropped []*row) map[*Def][]linePos {
 	if len(dropped) == 0 {
 		return nil
 	}
@@ -229,7 +229,7 @@ func (rc *rowCache) dropPositions(c rowCollector, dropped []*row) map[*Def][]int
 	for _, d := range c.Defs() {
 		byName[d.Name] = d
 	}
-	out := map[*Def][]int{}
+	out := map[*Def][]linePos{}
 	for _, r := range dropped {
 		for text := r.buf; len(text) > 0; {
 			n := bytes.IndexByte(text, '\n') + 1
@@ -237,13 +237,18 @@ func (rc *rowCache) dropPositions(c rowCollector, dropped []*row) map[*Def][]int
 			text = text[n:]
 			d := byName[string(l[:bytes.IndexAny(l, "{ ")])]
 			lines := rc.lines[d]
-			if i, ok := slices.BinarySearchFunc(lines, line{l}, compareLines); ok && &lines[i].text[0] == &l[0] {
-				out[d] = append(out[d], i)
+			if p, ok := lines.find(line{l}); ok && &lines.chunks[p.chunk][p.i].text[0] == &l[0] {
+				out[d] = append(out[d], p)
 			}
 		}
 	}
 	for _, pos := range out {
-		slices.Sort(pos)
+		slices.SortFunc(pos, func(a, b linePos) int {
+			if c := cmp.Compare(a.chunk, b.chunk); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.i, b.i)
+		})
 	}
 	return out
 }

@@ -39,7 +39,7 @@ type Family struct {
 	// text and lines are the exposition in the text format; om converts
 	// it to OpenMetrics as it is written.
 	text  []byte
-	lines []line
+	lines lineSeq
 	om    bool
 }
 
@@ -48,12 +48,14 @@ func (f Family) WriteTo(w io.Writer) (int64, error) {
 	if !f.om {
 		n, err := w.Write(f.text)
 		total := int64(n)
-		for _, l := range f.lines {
-			if err != nil {
-				break
+		for _, chunk := range f.lines.chunks {
+			for _, l := range chunk {
+				if err != nil {
+					return total, err
+				}
+				n, err = w.Write(l.text)
+				total += int64(n)
 			}
-			n, err = w.Write(l.text)
-			total += int64(n)
 		}
 		return total, err
 	}
@@ -76,11 +78,13 @@ func (f Family) WriteTo(w io.Writer) (int64, error) {
 			}
 		}
 	}
-	for _, l := range f.lines {
-		buf = appendOpenMetricsLine(buf, l.text)
-		if len(buf) >= 64<<10 {
-			if err := flush(); err != nil {
-				return total, err
+	for _, chunk := range f.lines.chunks {
+		for _, l := range chunk {
+			buf = appendOpenMetricsLine(buf, l.text)
+			if len(buf) >= 64<<10 {
+				if err := flush(); err != nil {
+					return total, err
+				}
 			}
 		}
 	}
@@ -91,8 +95,10 @@ func (f Family) WriteTo(w io.Writer) (int64, error) {
 func (f Family) AppendTo(buf []byte) []byte {
 	if !f.om {
 		buf = append(buf, f.text...)
-		for _, l := range f.lines {
-			buf = append(buf, l.text...)
+		for _, chunk := range f.lines.chunks {
+			for _, l := range chunk {
+				buf = append(buf, l.text...)
+			}
 		}
 		return buf
 	}
@@ -101,8 +107,10 @@ func (f Family) AppendTo(buf []byte) []byte {
 		buf = appendOpenMetricsLine(buf, text[:i])
 		text = text[i:]
 	}
-	for _, l := range f.lines {
-		buf = appendOpenMetricsLine(buf, l.text)
+	for _, chunk := range f.lines.chunks {
+		for _, l := range chunk {
+			buf = appendOpenMetricsLine(buf, l.text)
+		}
 	}
 	return buf
 }
@@ -176,7 +184,7 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 		if rowc, ok := x.collectors[i].(rowCollector); ok && c.cacheable(x, i) {
 			// Only the rows of changed objects are rendered.
 			rc := c.rowCache(i)
-			var lines map[*Def][]line
+			var lines map[*Def]lineSeq
 			return step{
 				work: func() (err error) {
 					lines, err = rc.render(x, rowc, s)

@@ -104,7 +104,7 @@ type textCache struct {
 	// rows are the row collectors' rendered rows (rows.go), and lines the
 	// series of their families, whose text holds the HELP and TYPE only.
 	rows  map[int]*rowCache
-	lines map[*Def][]line
+	lines map[*Def]lineSeq
 }
 
 // rowCache returns row collector i's rows, made the first time.
@@ -119,7 +119,7 @@ func (c *textCache) rowCache(i int) *rowCache {
 
 // keepRows keeps the lines row collector i rendered over s as its
 // families' text, as a kept run.
-func (c *textCache) keepRows(i int, lines map[*Def][]line, s *index.Snapshot) {
+func (c *textCache) keepRows(i int, lines map[*Def]lineSeq, s *index.Snapshot) {
 	for d, ls := range lines {
 		c.text[d] = d.appendHeader(nil)
 		c.lines[d] = ls
@@ -157,7 +157,7 @@ func (c *textCache) reset(x *Exporter) {
 	c.done = map[int]keptRun{}
 	c.text = map[*Def][]byte{}
 	c.rows = map[int]*rowCache{}
-	c.lines = map[*Def][]line{}
+	c.lines = map[*Def]lineSeq{}
 }
 
 // reusable reports whether collector i's families from its last run still
