@@ -20,6 +20,7 @@ import (
 // Floor is what the bare sync measured.
 type Floor struct {
 	SyncSeconds             float64        `json:"sync_seconds"`
+	SettleSeconds           float64        `json:"settle_seconds"`
 	APIServerSyncCPUSeconds float64        `json:"apiserver_sync_cpu_seconds"`
 	Objects                 map[string]int `json:"objects"`
 }

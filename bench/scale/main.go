@@ -169,14 +169,18 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*Report, er
 	rep.Load.APIServerRSSBytes, _ = rssBytes(apiPID)
 	logf("loaded %d objects with %d requests in %.1fs (%.0f requests/s, %d workers)", stats.Objects, stats.Requests,
 		rep.Load.Seconds, float64(stats.Requests)/rep.Load.Seconds, stats.Workers)
-	// A quiet moment, so that the API server's post-write work (watch cache,
-	// compaction) does not count against the first sync.
-	time.Sleep(5 * time.Second)
-
+	// A quiet control plane, so that the API server's post-write work
+	// (garbage collection, watch cache, compaction) does not count against
+	// the first sync; the same before each exporter (measure).
+	waited, err := settle(ctx, apiPID, etcdPID)
+	if err != nil {
+		return nil, fmt.Errorf("settle: %w", err)
+	}
 	if rep.Floor, err = measureFloor(ctx, cp.Admin, apiPID); err != nil {
 		return nil, err
 	}
-	logf("floor: bare informer sync in %.1fs, apiserver %.1f CPU-s, %v", rep.Floor.SyncSeconds, rep.Floor.APIServerSyncCPUSeconds, rep.Floor.Objects)
+	rep.Floor.SettleSeconds = waited.Seconds()
+	logf("floor: bare informer sync in %.1fs (after %.0fs for a quiet control plane), apiserver %.1f CPU-s, %v", rep.Floor.SyncSeconds, rep.Floor.SettleSeconds, rep.Floor.APIServerSyncCPUSeconds, rep.Floor.Objects)
 	if want := len(c.Pods); rep.Floor.Objects["pods"] != want {
 		return nil, fmt.Errorf("floor sees %d pods, the loader wrote %d", rep.Floor.Objects["pods"], want)
 	}

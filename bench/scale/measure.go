@@ -41,6 +41,9 @@ type Target struct {
 type Result struct {
 	Name    string `json:"name"`
 	Command string `json:"command"`
+	// SettleSeconds: how long the control plane took to go quiet before
+	// the exporter started (settle).
+	SettleSeconds float64 `json:"settle_seconds"`
 	// ReadySeconds: process start to ready (and synced).
 	ReadySeconds float64 `json:"ready_seconds"`
 	// SyncCPUSeconds: the exporter's own CPU from start to ready.
@@ -98,6 +101,11 @@ func newMeasurer(apiserverPID, etcdPID int, dir string, scrapes int) *measurer {
 // measure runs one target, measures it, and stops it.
 func (m *measurer) measure(ctx context.Context, t Target, logf func(string, ...any)) (*Result, error) {
 	r := &Result{Name: t.Name, Command: t.Command}
+	waited, err := settle(ctx, m.apiserverPID, m.etcdPID)
+	if err != nil {
+		return nil, fmt.Errorf("settle: %w", err)
+	}
+	r.SettleSeconds = waited.Seconds()
 	logPath := m.dir + "/" + t.Name + ".log"
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -145,7 +153,7 @@ func (m *measurer) measure(ctx context.Context, t Target, logf func(string, ...a
 	if r.RSSAfterSyncBytes, err = rssBytes(pid); err != nil {
 		return fail(err)
 	}
-	logf("%s ready in %.1fs (apiserver %.1f CPU-s, RSS %s); scraping %d times", t.Name, r.ReadySeconds, r.APIServerSyncCPUSeconds, mib(r.RSSAfterSyncBytes), m.scrapes)
+	logf("%s ready in %.1fs (started after %.0fs for a quiet control plane; apiserver %.1f CPU-s, RSS %s); scraping %d times", t.Name, r.ReadySeconds, r.SettleSeconds, r.APIServerSyncCPUSeconds, mib(r.RSSAfterSyncBytes), m.scrapes)
 
 	scrapes, cpuTotal, last, err := m.scrapeN(ctx, t, pid, 0, func(k int) error {
 		if k == 9 {

@@ -87,6 +87,13 @@ func (r *Report) Markdown() string {
 		r.Load.APIServerCPUSeconds, r.Load.EtcdCPUSeconds)
 	fmt.Fprintf(&b, "Floor (bare protobuf informer sync of the same objects, in-process): %.1f s, kube-apiserver %.1f CPU-s. ",
 		r.Floor.SyncSeconds, r.Floor.APIServerSyncCPUSeconds)
+	// Each sync starts on a quiet control plane (settle).
+	b.WriteString("Each sync started once etcd and kube-apiserver used under a tenth of a core (waited")
+	fmt.Fprintf(&b, " %.0f s before the floor", r.Floor.SettleSeconds)
+	for _, x := range r.Results {
+		fmt.Fprintf(&b, ", %.0f s before %s", x.SettleSeconds, x.Name)
+	}
+	b.WriteString("). ")
 	fmt.Fprintf(&b, "Run %s, %s wall; %d CPUs (%s), load average %s before, %s after.\n\n",
 		r.Started.Format("2006-01-02 15:04 UTC"), r.Finished.Sub(r.Started).Round(time.Second), r.Machine.CPUs, r.Machine.Model,
 		r.Machine.LoadAvg, r.MachineAfter.LoadAvg)

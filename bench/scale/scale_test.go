@@ -35,6 +35,8 @@ func TestSmallRun(t *testing.T) {
 	}
 	r := rep.Results[0]
 	switch {
+	case rep.Floor.SettleSeconds < 1, r.SettleSeconds < 1:
+		t.Errorf("waited %.1fs and %.1fs for a quiet control plane; each sync starts after at least a second's look", rep.Floor.SettleSeconds, r.SettleSeconds)
 	case r.ReadySeconds <= 0, r.SyncCPUSeconds <= 0:
 		t.Errorf("ready %.3fs, sync CPU %.3fs", r.ReadySeconds, r.SyncCPUSeconds)
 	case r.RSSAfterSyncBytes < 10<<20, r.RSSAfter10ScrapesBytes < 10<<20, r.GoHeapInuseBytes <= 0:
