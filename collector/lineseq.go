@@ -24,6 +24,17 @@ const chunkLines = 512
 // linePos is a line's position: its chunk and its index in the chunk.
 type linePos struct{ chunk, i int }
 
+// all yields the lines in order.
+func (s lineSeq) all(yield func(line) bool) {
+	for _, chunk := range s.chunks {
+		for _, l := range chunk {
+			if !yield(l) {
+				return
+			}
+		}
+	}
+}
+
 // Len returns the number of lines.
 func (s lineSeq) Len() int { return s.n }
 

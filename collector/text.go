@@ -48,14 +48,12 @@ func (f Family) WriteTo(w io.Writer) (int64, error) {
 	if !f.om {
 		n, err := w.Write(f.text)
 		total := int64(n)
-		for _, chunk := range f.lines.chunks {
-			for _, l := range chunk {
-				if err != nil {
-					return total, err
-				}
-				n, err = w.Write(l.text)
-				total += int64(n)
+		for l := range f.lines.all {
+			if err != nil {
+				break
 			}
+			n, err = w.Write(l.text)
+			total += int64(n)
 		}
 		return total, err
 	}
@@ -78,13 +76,11 @@ func (f Family) WriteTo(w io.Writer) (int64, error) {
 			}
 		}
 	}
-	for _, chunk := range f.lines.chunks {
-		for _, l := range chunk {
-			buf = appendOpenMetricsLine(buf, l.text)
-			if len(buf) >= 64<<10 {
-				if err := flush(); err != nil {
-					return total, err
-				}
+	for l := range f.lines.all {
+		buf = appendOpenMetricsLine(buf, l.text)
+		if len(buf) >= 64<<10 {
+			if err := flush(); err != nil {
+				return total, err
 			}
 		}
 	}
@@ -95,10 +91,8 @@ func (f Family) WriteTo(w io.Writer) (int64, error) {
 func (f Family) AppendTo(buf []byte) []byte {
 	if !f.om {
 		buf = append(buf, f.text...)
-		for _, chunk := range f.lines.chunks {
-			for _, l := range chunk {
-				buf = append(buf, l.text...)
-			}
+		for l := range f.lines.all {
+			buf = append(buf, l.text...)
 		}
 		return buf
 	}
@@ -107,10 +101,8 @@ func (f Family) AppendTo(buf []byte) []byte {
 		buf = appendOpenMetricsLine(buf, text[:i])
 		text = text[i:]
 	}
-	for _, chunk := range f.lines.chunks {
-		for _, l := range chunk {
-			buf = appendOpenMetricsLine(buf, l.text)
-		}
+	for l := range f.lines.all {
+		buf = appendOpenMetricsLine(buf, l.text)
 	}
 	return buf
 }

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
@@ -204,11 +205,8 @@ func (ix *Index) Delete(obj any) error {
 		delete(ix.classes, o.Name)
 		ix.rematchClass(o.Name)
 		ix.touch(KindClass)
-	case *resourceapi.ResourceSlice:
-		ix.deleteSlice(o.Name)
-		ix.touch(KindSlice)
-	case *objects.Slice:
-		ix.deleteSlice(o.Name)
+	case *resourceapi.ResourceSlice, *objects.Slice:
+		ix.deleteSlice(o.(metav1.Object).GetName())
 		ix.touch(KindSlice)
 	case *resourceapi.ResourceClaim:
 		ix.deleteClaim(Key{o.Namespace, o.Name}, now)
