@@ -39,7 +39,8 @@ const (
 	EnvSkip   = "DRA_E2E_SKIP"             // "1": tests may skip when the binaries are absent
 )
 
-const adminToken = "dra-e2e-admin-token"
+// AdminToken is the bearer token of the harness's admin (system:masters).
+const AdminToken = "dra-e2e-admin-token"
 
 // ControlPlane is a running control plane.
 type ControlPlane struct {
@@ -98,6 +99,31 @@ func StartAPI(ctx context.Context, binDir, dir string, etcdQuotaBytes int64) (*C
 type startOptions struct {
 	apiOnly        bool
 	etcdQuotaBytes int64
+	node           *RealNodeOptions
+}
+
+// RealNodeOptions prepare the control plane for a real kubelet (test/node):
+// the API server listens on every address of its network namespace and
+// advertises the node's IP (pods reach it through the `kubernetes` Service),
+// reaches kubelets by their InternalIP, and knows a token for the kubelet's
+// identity (system:node:<name>, group system:nodes). With a real kubelet the
+// node-lifecycle controller and the TaintNodesByCondition admission plugin
+// stay on, as in a real cluster (the kubelet clears the not-ready taint),
+// unless SimulatedNodes asks for the harness's defaults: simulated nodes
+// send no heartbeats, and the lifecycle controller would evict their pods.
+type RealNodeOptions struct {
+	IP             string // the node's address, advertised by the API server
+	Name           string // the Node name the kubelet registers
+	SimulatedNodes bool   // simulated nodes run beside the real one
+}
+
+// KubeletToken is the bearer token of the real node's kubelet.
+const KubeletToken = "dra-e2e-kubelet-token"
+
+// StartWithRealNode starts the control plane for a real node (see
+// RealNodeOptions). Call it inside the node's network namespace.
+func StartWithRealNode(ctx context.Context, binDir, dir string, node RealNodeOptions) (*ControlPlane, error) {
+	return start(ctx, binDir, dir, startOptions{node: &node})
 }
 
 func start(ctx context.Context, binDir, dir string, opts startOptions) (*ControlPlane, error) {
@@ -156,7 +182,14 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	}
 
 	cp.etcdURL = etcdURL
-	cp.APIServer = fmt.Sprintf("https://127.0.0.1:%d", cp.ports["apiserver"])
+	host := "127.0.0.1"
+	if cp.opts.node != nil {
+		// The self-signed serving certificate names the advertised
+		// address (and the `kubernetes` Service's), not loopback, once
+		// the API server binds every address.
+		host = cp.opts.node.IP
+	}
+	cp.APIServer = fmt.Sprintf("https://%s:%d", host, cp.ports["apiserver"])
 	if err := cp.StartAPIServer(ctx); err != nil {
 		return err
 	}
@@ -204,9 +237,7 @@ func (cp *ControlPlane) StartControllerManager(ctx context.Context) error {
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+port,
 		"--service-account-private-key-file="+filepath.Join(certs, "sa.key"),
 		"--root-ca-file="+filepath.Join(certs, "apiserver.crt"),
-		// Without a kubelet the node-lifecycle controller would taint the
-		// simulated nodes and evict their pods.
-		"--controllers=*,-node-lifecycle-controller",
+		"--controllers="+cp.controllers(),
 		"--feature-gates="+FeatureGates,
 		"--v=1",
 	); err != nil {
@@ -215,31 +246,51 @@ func (cp *ControlPlane) StartControllerManager(ctx context.Context) error {
 	return cp.waitHTTP(ctx, "kube-controller-manager", "https://127.0.0.1:"+port+"/healthz", "")
 }
 
+// controllers is kube-controller-manager's --controllers.
+func (cp *ControlPlane) controllers() string {
+	if cp.opts.node != nil && !cp.opts.node.SimulatedNodes {
+		return "*"
+	}
+	// Without a kubelet the node-lifecycle controller would taint the
+	// simulated nodes and evict their pods.
+	return "*,-node-lifecycle-controller"
+}
+
 // StartAPIServer starts kube-apiserver (again, after StopAPIServer) on the
 // same port, over the same etcd.
 func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 	certs := filepath.Join(cp.Dir, "certs")
-	if err := cp.spawn("kube-apiserver",
-		"--etcd-servers="+cp.etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(cp.ports["apiserver"]),
-		"--cert-dir="+certs,
-		"--token-auth-file="+filepath.Join(certs, "tokens.csv"),
-		"--service-account-key-file="+filepath.Join(certs, "sa.pub"),
-		"--service-account-signing-key-file="+filepath.Join(certs, "sa.key"),
+	bind, advertise := "127.0.0.1", "127.0.0.1"
+	var nodeFlags []string
+	// Without a kubelet every new Node would stay tainted not-ready.
+	admission := "--disable-admission-plugins=TaintNodesByCondition"
+	if n := cp.opts.node; n != nil {
+		bind, advertise = "0.0.0.0", n.IP
+		nodeFlags = []string{"--kubelet-preferred-address-types=InternalIP"}
+		if !n.SimulatedNodes {
+			admission = "--disable-admission-plugins="
+		}
+	}
+	if err := cp.spawn("kube-apiserver", append([]string{
+		"--etcd-servers=" + cp.etcdURL,
+		"--bind-address=" + bind, "--advertise-address=" + advertise,
+		"--secure-port=" + strconv.Itoa(cp.ports["apiserver"]),
+		"--cert-dir=" + certs,
+		"--token-auth-file=" + filepath.Join(certs, "tokens.csv"),
+		"--service-account-key-file=" + filepath.Join(certs, "sa.pub"),
+		"--service-account-signing-key-file=" + filepath.Join(certs, "sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--authorization-mode=Node,RBAC",
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--endpoint-reconciler-type=none",
-		// Without a kubelet every new Node would stay tainted not-ready.
-		"--disable-admission-plugins=TaintNodesByCondition",
-		"--feature-gates="+FeatureGates,
+		admission,
+		"--feature-gates=" + FeatureGates,
 		"--runtime-config=scheduling.k8s.io/v1beta1=true",
 		"--v=1",
-	); err != nil {
+	}, nodeFlags...)...); err != nil {
 		return err
 	}
-	return cp.waitHTTP(ctx, "kube-apiserver", cp.APIServer+"/readyz", adminToken)
+	return cp.waitHTTP(ctx, "kube-apiserver", cp.APIServer+"/readyz", AdminToken)
 }
 
 // StopAPIServer stops kube-apiserver: every client loses the cluster.
@@ -251,8 +302,11 @@ func (cp *ControlPlane) StopControllerManager() { cp.stop("kube-controller-manag
 
 func (cp *ControlPlane) writeCredentials() error {
 	certs := filepath.Join(cp.Dir, "certs")
-	if err := os.WriteFile(filepath.Join(certs, "tokens.csv"),
-		[]byte(adminToken+`,admin,admin-uid,"system:masters"`+"\n"), 0o600); err != nil {
+	tokens := AdminToken + `,admin,admin-uid,"system:masters"` + "\n"
+	if n := cp.opts.node; n != nil {
+		tokens += KubeletToken + ",system:node:" + n.Name + ",kubelet-" + n.Name + `,"system:nodes"` + "\n"
+	}
+	if err := os.WriteFile(filepath.Join(certs, "tokens.csv"), []byte(tokens), 0o600); err != nil {
 		return err
 	}
 	key, err := rsa.GenerateKey(rand.Reader, 2048)
@@ -273,7 +327,7 @@ func (cp *ControlPlane) writeCredentials() error {
 
 func (cp *ControlPlane) writeAdminKubeconfig() error {
 	cp.Kubeconfig = filepath.Join(cp.Dir, "admin.kubeconfig")
-	if err := WriteKubeconfig(cp.Kubeconfig, cp.APIServer, filepath.Join(cp.Dir, "certs", "apiserver.crt"), adminToken); err != nil {
+	if err := WriteKubeconfig(cp.Kubeconfig, cp.APIServer, filepath.Join(cp.Dir, "certs", "apiserver.crt"), AdminToken); err != nil {
 		return err
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,6 +53,36 @@ type ScrapeJob struct {
 	// HonorLabels keeps the target's namespace and pod labels (the node
 	// agents' series carry the GPU holder's).
 	HonorLabels bool
+	// BearerToken scrapes over HTTPS with this token, without verifying the
+	// server's certificate (a real kubelet's /metrics).
+	BearerToken string
+	// Labels are added to every series of the job's targets.
+	Labels map[string]string
+}
+
+// config is the job's entry of scrape_configs.
+func (j ScrapeJob) config() string {
+	targets := j.Targets
+	if j.Target != "" {
+		targets = append([]string{j.Target}, targets...)
+	}
+	out := fmt.Sprintf("- job_name: %q\n  honor_labels: %t\n", j.Name, j.HonorLabels)
+	if j.BearerToken != "" {
+		out += fmt.Sprintf("  scheme: https\n  authorization:\n    credentials: %q\n  tls_config:\n    insecure_skip_verify: true\n", j.BearerToken)
+	}
+	out += fmt.Sprintf("  static_configs:\n  - targets: [%s]\n", quotedList(targets))
+	if len(j.Labels) > 0 {
+		keys := make([]string, 0, len(j.Labels))
+		for k := range j.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		out += "    labels:\n"
+		for _, k := range keys {
+			out += fmt.Sprintf("      %s: %q\n", k, j.Labels[k])
+		}
+	}
+	return out
 }
 
 var forLine = regexp.MustCompile(`(?m)^(\s*)for:\s*\S+\s*$`)
@@ -97,11 +128,7 @@ scrape_configs:
       pod: dra-exporter-5f7d8c9b6-x2x7q
 `, interval, interval, yamlList(ruleGlobs), o.Target)
 	for _, j := range o.ExtraJobs {
-		targets := j.Targets
-		if j.Target != "" {
-			targets = append([]string{j.Target}, targets...)
-		}
-		config += fmt.Sprintf("- job_name: %q\n  honor_labels: %t\n  static_configs:\n  - targets: [%s]\n", j.Name, j.HonorLabels, quotedList(targets))
+		config += j.config()
 	}
 	configPath := filepath.Join(o.Dir, "prometheus.yml")
 	if err := os.WriteFile(configPath, []byte(config), 0o644); err != nil {
