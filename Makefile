@@ -21,6 +21,13 @@ HELM_VERSION  := v4.3.2
 HELM          := $(CACHE)/tools/helm-$(HELM_VERSION)/helm
 KSM_VERSION   := v2.20.0
 KSM           := $(CACHE)/tools/ksm-$(KSM_VERSION)/kube-state-metrics
+# The real node (test/node): the kubelet is in the control-plane build;
+# containerd and the DRA driver are built from their own modules, runc and
+# the CNI plugins come from Debian's packages.
+CONTAINERD_VERSION := v2.4.2
+CONTAINERD_BIN     := $(CACHE)/containerd/$(CONTAINERD_VERSION)/bin
+DRAEX_VERSION      := v0.4.0
+DRA_DRIVER         := $(CACHE)/dra-example-driver/$(DRAEX_VERSION)/dra-example-kubeletplugin
 
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
@@ -35,6 +42,9 @@ export DRA_E2E_EXPORTER := $(BIN)
 export DRA_PROMTOOL := $(PROMTOOL)
 export DRA_PROMETHEUS := $(PROMETHEUS)
 export DRA_HELM := $(HELM)
+export DRA_E2E_CONTAINERD_BIN := $(CONTAINERD_BIN)
+export DRA_E2E_DRA_DRIVER := $(DRA_DRIVER)
+export DRA_E2E_IMAGE_DIR := $(CURDIR)/bin/image
 
 .PHONY: help
 help: ## List the targets.
@@ -58,7 +68,7 @@ image-test: image ## Read the image back (entrypoint, user, labels) and run the 
 	cd tools/image && DRA_IMAGE_DIR=$(IMAGE_DIR) $(GO) test -count=1 ./...
 
 .PHONY: controlplane
-controlplane: $(CP_BIN)/.built ## Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager (cached).
+controlplane: $(CP_BIN)/.built ## Build etcd, kube-apiserver, kube-scheduler, kube-controller-manager and the kubelet (cached).
 
 K8S_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
@@ -71,8 +81,42 @@ $(CP_BIN)/.built: test/controlplane/go.mod test/controlplane/go.sum
 	rm -rf $(CP_BIN).tmp && mkdir -p $(CP_BIN).tmp
 	cd test/controlplane && $(GO) build -ldflags '$(K8S_LDFLAGS)' -o $(CP_BIN).tmp/ \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
-		k8s.io/kubernetes/cmd/kube-controller-manager ./etcd
+		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubelet ./etcd
 	rm -rf $(CP_BIN) && mv $(CP_BIN).tmp $(CP_BIN) && touch $@
+
+.PHONY: node-bins
+node-bins: $(CONTAINERD_BIN)/.built $(DRA_DRIVER) ## Build containerd, ctr, the runc shim and dra-example-driver for the real node (cached).
+
+$(CONTAINERD_BIN)/.built: tools/containerd/go.mod tools/containerd/go.sum
+	@echo ">> building containerd $(CONTAINERD_VERSION) (cold: ~7 min)"
+	rm -rf $(CONTAINERD_BIN).tmp && mkdir -p $(CONTAINERD_BIN).tmp
+	cd tools/containerd && CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -tags 'no_btrfs no_devmapper no_zfs no_aufs' \
+		-o $(CONTAINERD_BIN).tmp/ github.com/containerd/containerd/v2/cmd/containerd \
+		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr
+	rm -rf $(CONTAINERD_BIN) && mv $(CONTAINERD_BIN).tmp $(CONTAINERD_BIN) && touch $@
+
+$(DRA_DRIVER): tools/draexample/go.mod tools/draexample/go.sum
+	@echo ">> building dra-example-driver $(DRAEX_VERSION) (cold: ~8 min)"
+	mkdir -p $(dir $@)
+	cd tools/draexample && $(GO) build -ldflags '-s -w' -o $@.tmp sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin
+	mv $@.tmp $@
+
+# runc and the CNI plugins are Debian's packages (runc 1.1.5, plugins 1.1.1
+# on Debian 12): building runc needs cgo and libseccomp's headers, and the
+# distribution's builds are what a node would run. iptables routes the
+# `kubernetes` Service inside the node's network namespace.
+NODE_PACKAGES := runc containernetworking-plugins iptables iproute2
+
+.PHONY: node-packages
+node-packages: ## Install runc, the CNI plugins, iptables and iproute2 from Debian (only those missing; needs root).
+	@missing=$$(for p in $(NODE_PACKAGES); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ] && [ "$$(id -u)" != 0 ]; then \
+		echo ">> not root: cannot install $$missing; the real node's tests will say so, and the demo runs without it"; \
+	elif [ -n "$$missing" ]; then \
+		echo ">> installing $$missing (Debian packages)"; \
+		apt-get install -y -qq --no-install-recommends $$missing >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; }; \
+	fi
 
 .PHONY: tools
 tools: $(TOOLS_BIN)/.built ## Build prometheus and promtool (cached).
@@ -85,12 +129,18 @@ $(TOOLS_BIN)/.built: tools/go.mod tools/go.sum
 	rm -rf $(TOOLS_BIN) && mv $(TOOLS_BIN).tmp $(TOOLS_BIN) && touch $@
 
 .PHONY: test
-test: build controlplane tools helm lint test-race image-test ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a real control plane and Prometheus.
+test: build controlplane tools helm node-bins node-packages lint test-race image-test ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a real control plane, a real node and Prometheus.
 	@# promtool check/test rules run inside go test ./rules/ (TestPromtool*), with DRA_PROMTOOL set above.
-	$(GO) test -count=1 -timeout 40m ./...
+	@# The real node's tests run after the others: both suites start a control plane, and two at once on 2 cores slow each other's timing.
+	$(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/nodee2e$$')
+	$(GO) test -count=1 -timeout 20m ./test/nodee2e/
+
+.PHONY: test-node
+test-node: build controlplane tools helm node-bins node-packages image ## Run only the real node's tests (test/nodee2e: kubelet, containerd, dra-example-driver).
+	$(GO) test -count=1 -timeout 20m -v ./test/nodee2e/
 
 .PHONY: test-unit
-test-unit: ## Run the tests that need no control plane (e2e and promtool tests skip when DRA_E2E_SKIP=1).
+test-unit: ## Run the tests that need no control plane (e2e, real-node and promtool tests skip when DRA_E2E_SKIP=1 and their programs are absent).
 	DRA_E2E_SKIP=1 $(GO) test -count=1 ./...
 
 # The packages where scrapes and informer handlers run concurrently.
@@ -181,7 +231,7 @@ lint: $(STATICCHECK) ## gofmt, go vet, staticcheck (every module of the reposito
 	cd test/controlplane && $(GO) vet ./... && $(STATICCHECK) ./...
 
 .PHONY: demo
-demo: build controlplane tools ## Start a local control plane with simulated GPU nodes, the exporter and Prometheus.
+demo: build controlplane tools node-bins node-packages ## Start a local control plane with simulated GPU nodes and, where the machine allows, a real node; the exporter, node agents and Prometheus.
 	$(GO) run ./test/demo
 
 .PHONY: gpu-check
