@@ -58,6 +58,9 @@ type Agent struct {
 
 	mu      sync.Mutex
 	lastErr map[string]string
+	// slices keeps the last ResourceSlices of a pool the API lost for a
+	// while (the kubelet wipes them when it starts).
+	slices sliceMemory
 }
 
 // New returns an agent.
@@ -118,7 +121,7 @@ func (a *Agent) Gather(ctx context.Context) (*View, []Step) {
 
 	start = time.Now()
 	in.Pods = a.cfg.Store.Pods()
-	in.Slices = a.cfg.Store.Slices()
+	in.Slices = a.slices.withVanished(a.cfg.Store.Slices(), time.Now())
 	if in.Kubelet != nil {
 		var keys []string
 		for _, p := range in.Kubelet.Pods {
