@@ -1,0 +1,133 @@
+package nodee2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	helmchart "github.com/dra-exporter/dra-exporter/deploy/helm"
+	"github.com/dra-exporter/dra-exporter/test/cluster"
+)
+
+// EnvImageDir names the folder of `make image`'s tarballs.
+const EnvImageDir = "DRA_E2E_IMAGE_DIR"
+
+// TestChart installs the exporter as a user does: `make image`'s tarball
+// imported into the node's containerd, the chart installed with the pinned
+// helm (no ServiceMonitor or PrometheusRule: no operator runs here). The
+// exporter runs as a pod with the chart's security context, ServiceAccount
+// and RBAC, reaches the API server through the `kubernetes` Service, passes
+// its own probes and serves the verdicts the exporter run as a process
+// serves.
+func TestChart(t *testing.T) {
+	ctx := context.Background()
+	helm := os.Getenv(helmchart.EnvHelm)
+	imageDir := os.Getenv(EnvImageDir)
+	if helm == "" || imageDir == "" {
+		t.Fatalf("%s and %s must be set (make test builds helm and the image and sets them)", helmchart.EnvHelm, EnvImageDir)
+	}
+	tarball := filepath.Join(imageDir, "dra-exporter.tar")
+	if out, err := env.node.Ctr(ctx, "images", "import", tarball); err != nil {
+		t.Fatalf("import %s: %v: %s", tarball, err, out)
+	}
+	repo, tag := importedImage(t, "ghcr.io/dra-exporter/dra-exporter")
+
+	// A pod the exporter in the chart must explain: its driver config is
+	// rejected at prepare.
+	ns := namespace(t, "chart-verdicts")
+	template(t, ns, "bogus", bogusSharing())
+	create(t, workload(ns, "llm-0", "bogus"))
+
+	const release, chartNS = "dra-exporter-chart", "dra-chart"
+	install := exec.CommandContext(ctx, helm, "install", release, repoPath("deploy/helm/dra-exporter"),
+		"--kubeconfig", env.cp.Kubeconfig, "--namespace", chartNS, "--create-namespace",
+		"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
+		"--set", "nodeAgent.enabled=false", "--set", "serviceMonitor.enabled=false",
+		"--set", "prometheusRule.enabled=false", "--set", "dashboards.enabled=false",
+		"--wait", "--timeout", "3m")
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("helm install: %v\n%s\n%s", err, out, podsOf(chartNS))
+	}
+	t.Cleanup(func() {
+		out, err := exec.Command(helm, "uninstall", release, "--kubeconfig", env.cp.Kubeconfig, "--namespace", chartNS, "--wait", "--timeout", "2m").CombinedOutput()
+		if err != nil {
+			t.Errorf("helm uninstall: %v\n%s", err, out)
+		}
+	})
+
+	pods, err := env.cp.Client.CoreV1().Pods(chartNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=exporter"})
+	if err != nil || len(pods.Items) != 1 {
+		t.Fatalf("the chart's exporter pod: %v %s", err, podsOf(chartNS))
+	}
+	pod := waitPod(t, chartNS, pods.Items[0].Name, "Ready", 2*time.Minute, ready)
+	c := pod.Spec.Containers[0]
+	if pod.Spec.ServiceAccountName != release || c.SecurityContext == nil || c.SecurityContext.ReadOnlyRootFilesystem == nil ||
+		!*c.SecurityContext.ReadOnlyRootFilesystem || pod.Spec.SecurityContext.RunAsNonRoot == nil || !*pod.Spec.SecurityContext.RunAsNonRoot {
+		t.Errorf("the pod does not run as the chart says: account %q, security context %+v / %+v", pod.Spec.ServiceAccountName, pod.Spec.SecurityContext, c.SecurityContext)
+	}
+	if n := pod.Status.ContainerStatuses[0].RestartCount; n != 0 {
+		t.Errorf("the exporter restarted %d times:\n%s", n, describe(pod))
+	}
+
+	inPod := &cluster.Exporter{URL: fmt.Sprintf("http://%s:9877", pod.Status.PodIP)}
+	blocked := map[string]string{"namespace": ns, "pod": "llm-0", "layer": "node", "reason": "node_prepare_failed"}
+	eventually(t, inPod, 60*time.Second, "the chart's exporter names the prepare failure", func(m cluster.Metrics) error {
+		if err := one(m, "dra_exporter_apiserver_up", nil, 1); err != nil {
+			return err
+		}
+		return one(m, "dra_pod_blocked", blocked, 1)
+	})
+	// The pod and the process read the same cluster the same way.
+	for _, family := range []string{"dra_device_info", "dra_device_class_devices", "dra_claim_status", "dra_pod_blocked"} {
+		var last string
+		err := cluster.WaitFor(ctx, 30*time.Second, family+" equal", func(context.Context) (bool, error) {
+			a, err1 := inPod.Scrape()
+			b, err2 := env.exp.Scrape()
+			if err1 != nil || err2 != nil {
+				return false, nil
+			}
+			x, y := fmt.Sprint(a.Find(family, nil)), fmt.Sprint(b.Find(family, nil))
+			last = "pod:     " + x + "\nprocess: " + y
+			return x == y, nil
+		})
+		if err != nil {
+			t.Errorf("%v\n%s", err, last)
+		}
+	}
+}
+
+// importedImage finds the repository and tag of an image imported into the
+// node's containerd.
+func importedImage(t *testing.T, repo string) (string, string) {
+	t.Helper()
+	out, err := env.node.Ctr(context.Background(), "images", "ls", "-q")
+	if err != nil {
+		t.Fatalf("ctr images ls: %v: %s", err, out)
+	}
+	for _, ref := range strings.Fields(out) {
+		if tag, ok := strings.CutPrefix(ref, repo+":"); ok {
+			return repo, tag
+		}
+	}
+	t.Fatalf("no image %s in containerd:\n%s", repo, out)
+	return "", ""
+}
+
+func podsOf(ns string) string {
+	pods, err := env.cp.Client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for i := range pods.Items {
+		b.WriteString(describe(&pods.Items[i]))
+	}
+	return b.String()
+}
