@@ -3,8 +3,13 @@
 // DRA workloads (cluster.SeedDemo), runs dra-exporter
 // (under its read-only ClusterRole), one node agent per node (recorded GPU
 // source, simulated kubelet pod-resources; cluster.StartNodeAgents) and Prometheus with the rule bundle, and
-// keeps a replica churning so that the latency histograms fill. It runs
-// until interrupted. `make demo` builds what is missing and runs it.
+// keeps a replica churning so that the latency histograms fill. Where the
+// machine allows (root, namespaces, `make node-bins`), a real node joins
+// them (test/node: a real kubelet, containerd and the dra-example-driver)
+// with real pods through each gate: one that runs, a negative control and a
+// prepare failure; the demo then runs inside the node's namespaces and the
+// machine's loopback forwards its URLs. It runs until interrupted. `make
+// demo` builds what is missing and runs it.
 package main
 
 import (
@@ -20,6 +25,7 @@ import (
 	"time"
 
 	"github.com/dra-exporter/dra-exporter/test/cluster"
+	"github.com/dra-exporter/dra-exporter/test/node"
 )
 
 const ns = "demo"
@@ -27,11 +33,38 @@ const ns = "demo"
 func main() {
 	keep := flag.Bool("keep", false, "keep the working directory (logs, kubeconfigs) after exit")
 	fastAlerts := flag.Bool("fast-alerts", true, "rewrite every `for:` of the rules to 0s so that alerts fire within seconds")
+	realNode := flag.Bool("real-node", true, "add a real node (kubelet, containerd, dra-example-driver) where the machine allows it")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
-	if err := run(*keep, *fastAlerts); err != nil {
+	if *realNode {
+		// Outside, RunWith re-executes the demo in the node's namespaces;
+		// inside, it prepares them and runs the demo there.
+		err := realNodeAvailable()
+		if err == nil || node.Inside() {
+			if !node.Inside() {
+				log.Print("starting a real node (kubelet, containerd, dra-example-driver) in its own namespaces")
+			}
+			os.Exit(node.RunWith(node.RunOptions{Forward: true}, func(root string) int {
+				if err := run(*keep, *fastAlerts, root); err != nil {
+					log.Print(err)
+					return 1
+				}
+				return 0
+			}))
+		}
+		log.Printf("no real node: %v; the simulated nodes run alone", err)
+	}
+	if err := run(*keep, *fastAlerts, ""); err != nil {
 		log.Fatal(err)
 	}
+}
+
+func realNodeAvailable() error {
+	if err := node.CanRun(); err != nil {
+		return err
+	}
+	_, err := node.BinariesFromEnv()
+	return err
 }
 
 // dashboardFiles lists the dashboards' JSON files, absolute.
@@ -45,7 +78,9 @@ func dashboardFiles() string {
 	return strings.Join(files, "\n                    ")
 }
 
-func run(keep, fastAlerts bool) error {
+// run runs the demo; root is the real node's folder when it runs inside
+// the node's namespaces, "" without a real node.
+func run(keep, fastAlerts bool, root string) error {
 	binDir, err := cluster.BinDir()
 	if err != nil {
 		return err
@@ -65,7 +100,12 @@ func run(keep, fastAlerts bool) error {
 	defer stop()
 
 	start := time.Now()
-	cp, err := cluster.Start(ctx, binDir, dir)
+	var cp *cluster.ControlPlane
+	if root == "" {
+		cp, err = cluster.Start(ctx, binDir, dir)
+	} else {
+		cp, err = cluster.StartWithRealNode(ctx, binDir, dir, cluster.RealNodeOptions{IP: node.NodeIP, Name: realNodeName, SimulatedNodes: true})
+	}
 	if err != nil {
 		return err
 	}
@@ -91,6 +131,15 @@ func run(keep, fastAlerts bool) error {
 	}
 	defer agents.Stop()
 
+	var real *realNode
+	if root != "" {
+		real, err = startRealNode(ctx, cp, root, exporter)
+		if err != nil {
+			return fmt.Errorf("real node: %w", err)
+		}
+		defer real.stop()
+	}
+
 	promURL := "(not started: run `make tools` to build Prometheus)"
 	rules, _ := filepath.Glob("rules/*.yaml")
 	if bin := os.Getenv(cluster.EnvPrometheus); bin != "" {
@@ -102,13 +151,16 @@ func run(keep, fastAlerts bool) error {
 				return err
 			}
 			defer dcgm.Stop()
+			jobs := []cluster.ScrapeJob{
+				{Name: "dcgm-exporter", Target: dcgm.Addr},
+				{Name: "dra-node-agent", Targets: agents.Targets(), HonorLabels: true},
+			}
+			if real != nil {
+				jobs = append(jobs, real.scrapeJobs()...)
+			}
 			prom, err := cluster.StartPrometheus(ctx, cluster.PrometheusOptions{
 				Binary: bin, Dir: filepath.Join(dir, "prometheus"), Target: exp.URL[len("http://"):],
-				Interval: 5 * time.Second, RuleFiles: rules, ZeroFor: fastAlerts,
-				ExtraJobs: []cluster.ScrapeJob{
-					{Name: "dcgm-exporter", Target: dcgm.Addr},
-					{Name: "dra-node-agent", Targets: agents.Targets(), HonorLabels: true},
-				},
+				Interval: 5 * time.Second, RuleFiles: rules, ZeroFor: fastAlerts, ExtraJobs: jobs,
 			})
 			if err != nil {
 				return err
@@ -116,6 +168,32 @@ func run(keep, fastAlerts bool) error {
 			defer prom.Stop()
 			promURL = prom.URL + "/api/v1/alerts"
 		}
+	}
+
+	apiServer, adminConfig, exporterConfig := cp.APIServer, cp.Kubeconfig, kubeconfig
+	agentTargets := agents.Targets()
+	if real != nil {
+		// The machine reaches what runs in the node's namespaces through
+		// forwarded loopback ports: the same ports, and kubeconfigs that
+		// name localhost (the API server's certificate names it).
+		agentTargets = append(agentTargets, real.agentTarget())
+		ports := []string{apiServer, exp.URL, promURL}
+		for _, t := range agentTargets {
+			ports = append(ports, "http://"+t)
+		}
+		for _, u := range ports {
+			if err := forwardURL(root, u); err != nil {
+				return err
+			}
+		}
+		if apiServer, err = localhostKubeconfig(adminConfig); err != nil {
+			return err
+		}
+		adminConfig = strings.TrimSuffix(adminConfig, ".kubeconfig") + ".localhost.kubeconfig"
+		if _, err = localhostKubeconfig(exporterConfig); err != nil {
+			return err
+		}
+		exporterConfig = strings.TrimSuffix(exporterConfig, ".kubeconfig") + ".localhost.kubeconfig"
 	}
 
 	fmt.Printf(`
@@ -136,7 +214,16 @@ Try:
   bin/dra-exporter explain --kubeconfig %s %s/negative-control
   bin/dra-exporter explain --kubeconfig %s %s/llm-canary
 
-`, cp.APIServer, cp.Kubeconfig, exp.URL, strings.Join(agents.Targets(), " "), exp.URL, promURL, dir, dashboardFiles(), exp.URL, agents.Targets()[0], kubeconfig, ns, kubeconfig, ns)
+`, apiServer, adminConfig, exp.URL, strings.Join(agentTargets, " "), exp.URL, promURL, dir, dashboardFiles(), exp.URL, agentTargets[0], exporterConfig, ns, exporterConfig, ns)
+	if real != nil {
+		fmt.Printf(`The real node %s (kubelet, containerd, dra-example-driver; logs in %s):
+  bin/dra-exporter explain --kubeconfig %s %s/canary           (allocated, prepared, running: READY)
+  bin/dra-exporter explain --kubeconfig %s %s/negative-control (its selector matches no device: stays Pending)
+  bin/dra-exporter explain --kubeconfig %s %s/prepare-failure  (the driver rejects its config: node_prepare_failed)
+  curl -s http://%s/metrics | grep -E '^dra_gpu_holder_info'
+
+`, realNodeName, real.node.Dir, exporterConfig, realNS, exporterConfig, realNS, exporterConfig, realNS, real.agentTarget())
+	}
 
 	churn(ctx, cp)
 	log.Print("stopping")
