@@ -11,7 +11,7 @@ var (
 	heldDeviceHealth = newDef("dra_allocated_device_health", typeGauge,
 		"The kubelet's health of a device a running pod holds, per pod, claim and device.",
 		"namespace", "pod", "pod_uid", "claim", "driver", "pool", "device", "node", "gpu_uuid", "health").
-		doc("health is healthy, unhealthy or unknown, from status.containerStatuses[].allocatedResourcesStatus (KEP-4680, ResourceHealthStatus, beta in 1.36; the driver reports it through the kubelet). Only devices the kubelet reports on; the worst of the pod's containers. Always 1.")
+		doc("health is healthy, unhealthy or unknown, from status.containerStatuses[].allocatedResourcesStatus (KEP-4680, ResourceHealthStatus, beta in 1.36; the driver reports it through the kubelet). Only devices the kubelet reports on; the worst of the pod's containers. The kubelet names a device by its first CDI device ID (driver/pool/device only without one): a CDI name ending in the device's name, or the only device of the claim's request, is attributed; a CDI name several devices of a request share is not. Always 1.")
 	heldDeviceTaint = newDef("dra_allocated_device_taint", typeGauge,
 		"A taint on a device a running pod holds, per pod, claim, device and taint.",
 		"namespace", "pod", "pod_uid", "claim", "driver", "pool", "device", "node", "gpu_uuid", "taint", "effect", "rule").

@@ -43,7 +43,7 @@ func (w *walker) describeResult(claim *index.Claim, r index.Result) string {
 			}
 		}
 	}
-	if h := deviceHealth(w.p.Obj)[r.Device]; h != "" {
+	if h := deviceHealth(w.p.Obj).of(claim, r); h != "" {
 		fmt.Fprintf(b, "; the kubelet reports it %s", h)
 	}
 	if d := w.s.Device(r.Device); d != nil && !d.Shareable && !r.AdminAccess {

@@ -41,7 +41,7 @@ func heldDevices(s *index.Snapshot, signalOnly bool) []Held {
 			continue
 		}
 		health := deviceHealth(p.Obj)
-		if signalOnly && health == nil && !tainted {
+		if signalOnly && health.empty() && !tainted {
 			continue
 		}
 		for _, pc := range s.ResolvePodClaims(p) {
@@ -54,7 +54,7 @@ func heldDevices(s *index.Snapshot, signalOnly bool) []Held {
 				if r.AdminAccess || d == nil {
 					continue
 				}
-				h := Held{Pod: p, Claim: c, Device: d, Health: health[r.Device], Taints: s.Taints(d)}
+				h := Held{Pod: p, Claim: c, Device: d, Health: health.of(c, r), Taints: s.Taints(d)}
 				if signalOnly && h.Health == "" && len(h.Taints) == 0 {
 					continue
 				}
@@ -65,40 +65,141 @@ func heldDevices(s *index.Snapshot, signalOnly bool) []Held {
 	return out
 }
 
-// deviceHealth reads the health the kubelet reports per DRA device in the
-// pod's container statuses. A resource ID of DRA is driver/pool/device; a
-// pool name may itself contain slashes. When containers disagree, the worst
-// wins.
-func deviceHealth(pod *corev1.Pod) map[index.DeviceKey]string {
-	var out map[index.DeviceKey]string
+// podHealth is the health the kubelet reports of the devices of a pod's
+// claims, in the pod's container statuses (allocatedResourcesStatus,
+// KEP-4680). The kubelet names a device by its first CDI device ID, and by
+// driver/pool/device only when the device has none (kubernetes v1.37
+// pkg/kubelet/cm/dra/manager.go, buildResourceHealth), under a status named
+// "claim:<pod claim>" or "claim:<pod claim>/<request>"; it reports a CDI ID
+// once per status even when several devices share it.
+type podHealth struct {
+	// devices: reports that name a device (driver/pool/device).
+	devices map[index.DeviceKey]string
+	// cdi: reports that name a CDI device, by claim and request ("" for
+	// every request of the claim).
+	cdi map[claimRequest][]cdiReport
+}
+
+type claimRequest struct{ claim, request string }
+
+type cdiReport struct{ name, health string }
+
+// deviceHealth reads what the kubelet reports of the pod's devices. When
+// containers disagree, the worst wins.
+func deviceHealth(pod *corev1.Pod) podHealth {
+	var h podHealth
 	for _, list := range [2][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
 		for i := range list {
 			for _, rs := range list[i].AllocatedResourcesStatus {
-				if !strings.HasPrefix(string(rs.Name), "claim:") {
+				ref, ok := strings.CutPrefix(string(rs.Name), "claim:")
+				if !ok {
 					continue // a device-plugin resource
 				}
-				for _, h := range rs.Resources {
-					id := string(h.ResourceID)
+				podClaim, request, _ := strings.Cut(ref, "/")
+				for _, r := range rs.Resources {
+					v := strings.ToLower(string(r.Health))
+					if healthRank[v] == 0 {
+						v = "unknown"
+					}
+					id := string(r.ResourceID)
+					if vendorClass, name, isCDI := strings.Cut(id, "="); isCDI && strings.Contains(vendorClass, "/") {
+						k := claimRequest{claimName(pod, podClaim), request}
+						if h.cdi == nil {
+							h.cdi = map[claimRequest][]cdiReport{}
+						}
+						h.cdi[k] = append(h.cdi[k], cdiReport{name: name, health: v})
+						continue
+					}
 					first, last := strings.Index(id, "/"), strings.LastIndex(id, "/")
 					if first <= 0 || last <= first {
 						continue
 					}
+					// A pool name may itself contain slashes.
 					k := index.DeviceKey{Driver: id[:first], Pool: id[first+1 : last], Device: id[last+1:]}
-					v := strings.ToLower(string(h.Health))
-					if healthRank[v] == 0 {
-						v = "unknown"
+					if h.devices == nil {
+						h.devices = map[index.DeviceKey]string{}
 					}
-					if out == nil {
-						out = map[index.DeviceKey]string{}
-					}
-					if healthRank[v] > healthRank[out[k]] {
-						out[k] = v
-					}
+					h.devices[k] = worse(h.devices[k], v)
 				}
 			}
 		}
 	}
-	return out
+	return h
+}
+
+func (h podHealth) empty() bool { return h.devices == nil && h.cdi == nil }
+
+// of returns the kubelet's word for a result of the pod's claim c, "" when
+// it reports none. A CDI-named report belongs to the device whose name ends
+// its CDI name (the NVIDIA driver's and the example driver's per-claim
+// names end in the device's), or, when the claim's request has one device,
+// to that one; a report several devices could have made is nobody's.
+func (h podHealth) of(c *index.Claim, r index.Result) string {
+	v := h.devices[r.Device]
+	for _, request := range []string{"", r.Request} {
+		reports := h.cdi[claimRequest{c.Key.Name, request}]
+		if len(reports) == 0 {
+			continue
+		}
+		var devices []index.DeviceKey
+		for _, o := range c.Results {
+			if request == "" || o.Request == request {
+				devices = append(devices, o.Device)
+			}
+		}
+		for _, rep := range reports {
+			switch {
+			case namesDevice(rep.name, r.Device.Device):
+				v = worse(v, rep.health)
+			case len(devices) == 1 && devices[0] == r.Device && !namesAnyDevice(rep.name, c.Results):
+				v = worse(v, rep.health)
+			}
+		}
+	}
+	return v
+}
+
+// namesDevice says whether a CDI device name (after the "=") ends in the
+// device's name, after a separator.
+func namesDevice(cdiName, device string) bool {
+	if cdiName == device {
+		return true
+	}
+	rest, ok := strings.CutSuffix(cdiName, device)
+	return ok && (strings.HasSuffix(rest, "-") || strings.HasSuffix(rest, "_") || strings.HasSuffix(rest, "."))
+}
+
+func namesAnyDevice(cdiName string, results []index.Result) bool {
+	for _, o := range results {
+		if namesDevice(cdiName, o.Device.Device) {
+			return true
+		}
+	}
+	return false
+}
+
+// claimName resolves an entry of pod.spec.resourceClaims to the claim's
+// name, as the kubelet does: the pod status's generated name, else a named
+// claim's.
+func claimName(pod *corev1.Pod, podClaim string) string {
+	for _, st := range pod.Status.ResourceClaimStatuses {
+		if st.Name == podClaim && st.ResourceClaimName != nil {
+			return *st.ResourceClaimName
+		}
+	}
+	for _, rc := range pod.Spec.ResourceClaims {
+		if rc.Name == podClaim && rc.ResourceClaimName != nil {
+			return *rc.ResourceClaimName
+		}
+	}
+	return ""
+}
+
+func worse(a, b string) string {
+	if healthRank[b] > healthRank[a] {
+		return b
+	}
+	return a
 }
 
 // healthRank orders the kubelet's health words, the worst highest.

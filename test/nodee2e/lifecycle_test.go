@@ -80,6 +80,13 @@ func TestLifecycle(t *testing.T) {
 				return fmt.Errorf("stage %s: observed %d times, want once", stage, n1-n0)
 			}
 		}
+		// The real kubelet names the device by its CDI ID
+		// (k8s.gpu.example.com/gpu=common) and the driver reports no
+		// health: unknown, attributed to the claim's one device.
+		if err := one(m, "dra_allocated_device_health", map[string]string{"namespace": ns, "pod": "llm-0", "claim": claim.Name,
+			"device": device, "gpu_uuid": uuid, "health": "unknown"}, 1); err != nil {
+			return err
+		}
 		return none(m, "dra_pod_blocked", map[string]string{"namespace": ns, "pod": "llm-0"})
 	})
 	// Each stage's duration is measured from the pod's creation: they grow
