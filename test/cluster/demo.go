@@ -66,7 +66,7 @@ func SeedDemo(ctx context.Context, c kubernetes.Interface, ns string) error {
 			if err != nil {
 				return err
 			}
-			return kubelet.PrepareFailed(ctx, p, "NodePrepareResources failed: CDI spec generation failed: nvidia-container-toolkit: failed to get device info")
+			return kubelet.PrepareFailed(ctx, p, "error preparing devices: CDI spec generation failed: nvidia-container-toolkit: failed to get device info")
 		}},
 		{PodWithTemplate(ns, "l4-worker-0", "l4"), func(n string) error { return kubelet.SetRunning(ctx, ns, n, true) }},
 		{PodWithTemplate(ns, "l4-worker-1", "l4"), func(n string) error { return kubelet.SetRunning(ctx, ns, n, true) }},

@@ -204,28 +204,32 @@ func (s *nodeSim) refresh(ctx context.Context, c kubernetes.Interface) error {
 		live[uid] = true
 		pr := &podresourcesv1.PodResources{Name: p.Name, Namespace: p.Namespace}
 		var dynamic []*podresourcesv1.DynamicResource
-		if !prepareFailed[uid] {
-			for _, name := range claimNames(p) {
-				cl := byName[p.Namespace+"/"+name]
-				if cl == nil || cl.Status.Allocation == nil || !reserves(cl, uid) {
+		for _, name := range claimNames(p) {
+			cl := byName[p.Namespace+"/"+name]
+			if cl == nil || cl.Status.Allocation == nil || !reserves(cl, uid) {
+				continue
+			}
+			// A real kubelet lists a claim whose preparation failed with
+			// its name and no devices.
+			if prepareFailed[uid] {
+				dynamic = append(dynamic, &podresourcesv1.DynamicResource{ClaimName: cl.Name, ClaimNamespace: cl.Namespace})
+				continue
+			}
+			dr := &podresourcesv1.DynamicResource{ClaimName: cl.Name, ClaimNamespace: cl.Namespace}
+			for _, r := range cl.Status.Allocation.Devices.Results {
+				if r.Pool != s.node.Name {
 					continue
 				}
-				dr := &podresourcesv1.DynamicResource{ClaimName: cl.Name, ClaimNamespace: cl.Namespace}
-				for _, r := range cl.Status.Allocation.Devices.Results {
-					if r.Pool != s.node.Name {
-						continue
-					}
-					dr.ClaimResources = append(dr.ClaimResources, &podresourcesv1.ClaimResource{
-						DriverName: r.Driver, PoolName: r.Pool, DeviceName: r.Device,
-						CdiDevices: []*podresourcesv1.CDIDevice{{Name: "k8s." + r.Driver + "/device=" + r.Device}},
-					})
-					if idx, ok := minorOf(r.Device); ok {
-						procs[idx] = append(procs[idx], uid)
-					}
+				dr.ClaimResources = append(dr.ClaimResources, &podresourcesv1.ClaimResource{
+					DriverName: r.Driver, PoolName: r.Pool, DeviceName: r.Device,
+					CdiDevices: []*podresourcesv1.CDIDevice{{Name: "k8s." + r.Driver + "/device=" + r.Device}},
+				})
+				if idx, ok := minorOf(r.Device); ok {
+					procs[idx] = append(procs[idx], uid)
 				}
-				if len(dr.ClaimResources) > 0 {
-					dynamic = append(dynamic, dr)
-				}
+			}
+			if len(dr.ClaimResources) > 0 {
+				dynamic = append(dynamic, dr)
 			}
 		}
 		var plugin []*podresourcesv1.ContainerDevices

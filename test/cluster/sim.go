@@ -223,6 +223,7 @@ func (k Kubelet) SetRunning(ctx context.Context, ns, name string, ready bool) er
 		if ready {
 			readyStatus = corev1.ConditionTrue
 		}
+		setCondition(p, corev1.PodReadyToStartContainers, corev1.ConditionTrue)
 		setCondition(p, corev1.PodReady, readyStatus)
 		setCondition(p, corev1.ContainersReady, readyStatus)
 		setCondition(p, corev1.PodInitialized, corev1.ConditionTrue)
@@ -237,11 +238,19 @@ func (k Kubelet) SetRunning(ctx context.Context, ns, name string, ready bool) er
 }
 
 // SetContainerCreating reports the containers waiting, as while the node
-// prepares devices and pulls images.
+// prepares devices and pulls images: as a real kubelet v1.37 reports a pod
+// whose devices are not prepared yet (or failed to prepare), no sandbox,
+// initialized, not ready.
 func (k Kubelet) SetContainerCreating(ctx context.Context, ns, name string) error {
 	return k.updateStatus(ctx, ns, name, func(p *corev1.Pod) {
+		now := metav1.Now()
 		p.Status.Phase = corev1.PodPending
-		setCondition(p, corev1.PodReady, corev1.ConditionFalse)
+		p.Status.StartTime = &now
+		setConditionWhy(p, corev1.PodReadyToStartContainers, corev1.ConditionFalse, "PodSandboxNotReady", "no pod sandbox exists")
+		setCondition(p, corev1.PodInitialized, corev1.ConditionTrue)
+		notReady := "containers with unready status: [" + p.Spec.Containers[0].Name + "]"
+		setConditionWhy(p, corev1.PodReady, corev1.ConditionFalse, "ContainersNotReady", notReady)
+		setConditionWhy(p, corev1.ContainersReady, corev1.ConditionFalse, "ContainersNotReady", notReady)
 		p.Status.ContainerStatuses = nil
 		for _, c := range p.Spec.Containers {
 			p.Status.ContainerStatuses = append(p.Status.ContainerStatuses, corev1.ContainerStatus{
@@ -269,21 +278,43 @@ func (k Kubelet) SetSucceeded(ctx context.Context, ns, name string) error {
 }
 
 // PrepareFailed emits the Warning event a kubelet records when the DRA
-// driver's NodePrepareResources fails.
-func (k Kubelet) PrepareFailed(ctx context.Context, pod *corev1.Pod, message string) error {
+// driver's NodePrepareResources fails for the pod's (first) claim, worded
+// as a real kubelet v1.37 words it (kuberuntime_manager.go and
+// cm/dra/manager.go): "Failed to prepare dynamic resources: prepare dynamic
+// resources: NodePrepareResources failed for ResourceClaim <claim>:
+// <driverError>".
+func (k Kubelet) PrepareFailed(ctx context.Context, pod *corev1.Pod, driverError string) error {
 	now := metav1.Now()
+	claim := ""
+	if p, err := k.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
+		pod = p
+	}
+	for _, st := range pod.Status.ResourceClaimStatuses {
+		if st.ResourceClaimName != nil {
+			claim = *st.ResourceClaimName
+			break
+		}
+	}
+	for _, rc := range pod.Spec.ResourceClaims {
+		if claim == "" && rc.ResourceClaimName != nil {
+			claim = *rc.ResourceClaimName
+		}
+	}
+	message := "prepare dynamic resources: NodePrepareResources failed for ResourceClaim " + claim + ": " + driverError
 	ev := &corev1.Event{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, GenerateName: pod.Name + "."},
 		InvolvedObject: corev1.ObjectReference{
 			Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
 		},
-		Reason:         "FailedPrepareDynamicResources",
-		Message:        "Failed to prepare dynamic resources: " + message,
-		Type:           corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: "kubelet", Host: pod.Spec.NodeName},
-		FirstTimestamp: now,
-		LastTimestamp:  now,
-		Count:          1,
+		Reason:              "FailedPrepareDynamicResources",
+		Message:             "Failed to prepare dynamic resources: " + message,
+		Type:                corev1.EventTypeWarning,
+		Source:              corev1.EventSource{Component: "kubelet", Host: pod.Spec.NodeName},
+		ReportingController: "kubelet",
+		ReportingInstance:   pod.Spec.NodeName,
+		FirstTimestamp:      now,
+		LastTimestamp:       now,
+		Count:               1,
 	}
 	_, err := k.Client.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{})
 	return err
@@ -302,17 +333,23 @@ func (k Kubelet) updateStatus(ctx context.Context, ns, name string, mutate func(
 }
 
 func setCondition(p *corev1.Pod, t corev1.PodConditionType, s corev1.ConditionStatus) {
+	setConditionWhy(p, t, s, "", "")
+}
+
+func setConditionWhy(p *corev1.Pod, t corev1.PodConditionType, s corev1.ConditionStatus, reason, message string) {
 	now := metav1.Now()
 	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == t {
-			if p.Status.Conditions[i].Status != s {
-				p.Status.Conditions[i].Status = s
-				p.Status.Conditions[i].LastTransitionTime = now
+		c := &p.Status.Conditions[i]
+		if c.Type == t {
+			if c.Status != s {
+				c.Status = s
+				c.LastTransitionTime = now
 			}
+			c.Reason, c.Message = reason, message
 			return
 		}
 	}
-	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: t, Status: s, LastTransitionTime: now})
+	p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: t, Status: s, LastTransitionTime: now, Reason: reason, Message: message})
 }
 
 // ForceDelete deletes a pod with grace period 0, as `kubectl delete

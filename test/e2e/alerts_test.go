@@ -146,7 +146,7 @@ func TestAlertsFireAndResolve(t *testing.T) {
 	if err := env.kubelet.SetContainerCreating(ctx, ns, "llm-prepare"); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.kubelet.PrepareFailed(ctx, bound, "NodePrepareResources failed: CDI: device gpu-0 not found"); err != nil {
+	if err := env.kubelet.PrepareFailed(ctx, bound, "error preparing devices for claim: CDI: device gpu-0 not found"); err != nil {
 		t.Fatal(err)
 	}
 	prepClaim := generatedClaim(t, ns, "llm-prepare")

@@ -79,7 +79,7 @@ func TestLiveMatchesSnapshot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := env.kubelet.PrepareFailed(ctx, failed, "NodePrepareResources failed: device gpu-0 is in use"); err != nil {
+	if err := env.kubelet.PrepareFailed(ctx, failed, "error preparing devices for claim: device gpu-0 is in use"); err != nil {
 		t.Fatal(err)
 	}
 	// A Normal event with a DRA reason is not evidence: the informer's field

@@ -251,7 +251,7 @@ func TestNodePrepareFailed(t *testing.T) {
 	if err := env.kubelet.SetContainerCreating(ctx, ns, "llm-prepare"); err != nil {
 		t.Fatal(err)
 	}
-	msg := "NodePrepareResources failed: CDI spec generation failed: nvidia-container-toolkit: failed to get device info"
+	msg := "error preparing devices: CDI spec generation failed: nvidia-container-toolkit: failed to get device info"
 	if err := env.kubelet.PrepareFailed(ctx, pod, msg); err != nil {
 		t.Fatal(err)
 	}

@@ -118,7 +118,7 @@ func TestSharding(t *testing.T) {
 	if err := env.kubelet.SetContainerCreating(ctx, gpuHolder, "prepare-fails"); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.kubelet.PrepareFailed(ctx, failing, "NodePrepareResources failed: device is in use"); err != nil {
+	if err := env.kubelet.PrepareFailed(ctx, failing, "error preparing devices for claim: device is in use"); err != nil {
 		t.Fatal(err)
 	}
 	stolen := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: waiter, Name: "stolen-gpu"}, Spec: cluster.ClaimSpec(cluster.GPUClass)}
