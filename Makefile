@@ -184,16 +184,12 @@ lint: $(STATICCHECK) ## gofmt, go vet, staticcheck (every module of the reposito
 demo: build controlplane tools ## Start a local control plane with simulated GPU nodes, the exporter and Prometheus.
 	$(GO) run ./test/demo
 
+GPU_CHECK := $(CURDIR)/bin/gpu-check.sh
+
 .PHONY: gpu-check
-gpu-check: build ## On a host with an NVIDIA GPU and libdcgm: run the node agent with the real DCGM and print its series (under 5 min).
-	@test -n "$${NODE_NAME:-}" || (echo "set NODE_NAME (and KUBECONFIG) to the node this host is"; exit 2)
-	@rm -f bin/gpu-check.log; $(BIN) node --node-name=$$NODE_NAME --gpu.source=dcgm \
-		--web.listen-address=127.0.0.1:19878 --log.level=debug > bin/gpu-check.log 2>&1 & pid=$$!; \
-	trap 'kill $$pid 2>/dev/null' EXIT; \
-	for i in $$(seq 1 60); do curl -sf http://127.0.0.1:19878/readyz >/dev/null && break; sleep 1; done; \
-	sleep 5; curl -sf http://127.0.0.1:19878/metrics | grep -E '^dra_(gpu|node)_' || (cat bin/gpu-check.log; exit 1); \
-	curl -sf http://127.0.0.1:19878/metrics | grep -q '^dra_gpu_source_up{source="dcgm"} 1' || \
-		(echo ">> DCGM is not up; the agent's log:"; cat bin/gpu-check.log; exit 1)
+gpu-check: build ## Verify the node agent on a GPU host: writes bin/gpu-check.sh (the script and the binary in one file, to copy to a GPU host) and runs it here; FAKE=fake.json runs it on a simulated node.
+	bash cmd/dra-exporter/gpu-check.sh --bundle $(BIN) $(GPU_CHECK)
+	$(GPU_CHECK) $(if $(FAKE),--fake $(abspath $(FAKE))) $(GPU_CHECK_ARGS)
 
 .PHONY: clean
 clean: ## Remove bin/ (the .cache/ builds stay; rm -rf .cache to rebuild them).

@@ -34,6 +34,8 @@ type gpuFlags struct {
 	fakeFile     string
 	hostengine   string
 	timeout      time.Duration
+	// machine is the simulated node of --gpu.fake-file, once opened.
+	machine *gpufake.Machine
 }
 
 func (f *gpuFlags) register(fs *flag.FlagSet) {
@@ -56,6 +58,7 @@ func (f *gpuFlags) open(logger *slog.Logger, raw bool) (gpu.Source, error) {
 			return nil, err
 		}
 		dcgmLib, nvmlLib = m.Libraries()
+		f.machine = m
 		if opts.HostEngine == "" {
 			opts.HostEngine = m.Address()
 		}
