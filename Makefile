@@ -46,15 +46,41 @@ build: ## Build bin/dra-exporter.
 
 IMAGE_DIR := $(CURDIR)/bin/image
 IMAGE_REF ?= ghcr.io/dra-exporter/dra-exporter:$(VERSION)
+AGENT_IMAGE_REF ?= ghcr.io/dra-exporter/dra-exporter-node-agent:$(VERSION)
+# The node agent's image stands on Debian's own packages: the cgo binary needs glibc (libc6, which
+# depends on libgcc-s1), fetched with apt-get download into a cache keyed by version and extracted
+# with dpkg-deb. Debian 12's versions: bump them with `apt-cache policy libc6 libgcc-s1` (the agent's
+# glibc must be at least the one it was built against). AGENT_BASE=image.tar builds the agent on that
+# image instead (the DCGM variant: NVIDIA's DCGM image, e.g. `crane pull nvcr.io/nvidia/cloud-native/dcgm:<tag> dcgm.tar`).
+AGENT_DEBS ?= libc6=2.36-9+deb12u14 libgcc-s1=12.2.0-14+deb12u1
+DEB_CACHE ?= $(CACHE)/debian
+AGENT_BASE ?=
 
 .PHONY: image
-image: ## Build the cluster exporter's OCI image without Docker (go-containerregistry): bin/image/oci and bin/image/dra-exporter.tar.
+image: ## Build the OCI images without Docker (go-containerregistry): the exporter (static) and the node agent (cgo, on Debian's libc6) in bin/image.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/dra-exporter ./cmd/dra-exporter
+	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/agent/dra-exporter ./cmd/dra-exporter
+	@if [ -z "$(AGENT_BASE)" ]; then \
+		command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || { echo "make image: the agent's base needs apt-get and dpkg-deb (Debian), or AGENT_BASE=image.tar"; exit 2; }; \
+		arch=$$(dpkg --print-architecture); mkdir -p $(DEB_CACHE); \
+		rm -rf $(IMAGE_DIR)/agent-rootfs && mkdir -p $(IMAGE_DIR)/agent-rootfs; \
+		for p in $(AGENT_DEBS); do \
+			deb=$(DEB_CACHE)/$${p%%=*}_$$(echo "$${p#*=}" | sed 's/:/%3a/')_$$arch.deb; \
+			[ -f "$$deb" ] || (cd $(DEB_CACHE) && apt-get download -q -o APT::Sandbox::User=root "$$p") || { echo "make image: apt-get download $$p failed (apt-get update; or bump AGENT_DEBS)"; exit 2; }; \
+			dpkg-deb -x "$$deb" $(IMAGE_DIR)/agent-rootfs; \
+		done; \
+		find $(IMAGE_DIR)/agent-rootfs/usr/share/doc -name 'changelog*' -delete; \
+	fi
 	cd tools/image && $(GO) run . -binary $(IMAGE_DIR)/dra-exporter -out $(IMAGE_DIR) -ref $(IMAGE_REF) \
-		-version $(VERSION) -revision $(REVISION)
+		-version $(VERSION) -revision $(REVISION) \
+		-agent-binary $(IMAGE_DIR)/agent/dra-exporter -agent-ref $(AGENT_IMAGE_REF) -agent-packages '$(subst $(space),$(comma),$(AGENT_DEBS))' \
+		$(if $(AGENT_BASE),-agent-base $(abspath $(AGENT_BASE)),-agent-rootfs $(IMAGE_DIR)/agent-rootfs)
+
+comma := ,
+space := $(empty) $(empty)
 
 .PHONY: image-test
-image-test: image ## Read the image back (entrypoint, user, labels) and run the binary inside with `version`.
+image-test: image ## Read both images back (entrypoint, user, labels) and run each binary inside with `version` (the agent's in a chroot of its root file system).
 	cd tools/image && DRA_IMAGE_DIR=$(IMAGE_DIR) $(GO) test -count=1 ./...
 
 .PHONY: controlplane

@@ -1,13 +1,15 @@
-// Command image builds the cluster exporter's OCI image without a container
-// engine (github.com/google/go-containerregistry): one layer holding a static
-// (CGO_ENABLED=0) dra-exporter binary at /dra-exporter on an empty base, run
-// as 65534:65534 (no /etc/passwd needed), entrypoint /dra-exporter, command
-// serve. It writes an OCI image layout and a tarball (docker load, crane push).
-// `make image` builds the binary and runs this; its own module keeps
-// go-containerregistry out of the exporter's go.mod.
+// Command image builds the OCI images without a container engine
+// (github.com/google/go-containerregistry), run as 65534:65534 (no
+// /etc/passwd needed), and writes each as an OCI image layout and a tarball
+// (docker load, crane push). `make image` builds the binaries and runs this;
+// its own module keeps go-containerregistry out of the exporter's go.mod.
 //
-// The node agent's image is not built here: it needs glibc and DCGM, so it
-// is built on NVIDIA's DCGM image (see README.md, "Install with Helm").
+//   - The cluster exporter: one layer holding a static (CGO_ENABLED=0)
+//     dra-exporter at /dra-exporter on an empty base; command serve.
+//   - The node agent (-agent-binary): the cgo dra-exporter on glibc from
+//     Debian's own packages (-agent-rootfs: apt-get download, dpkg-deb -x),
+//     or on a base image tarball (-agent-base: NVIDIA's DCGM image for
+//     the DCGM variant); command node.
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -53,6 +56,12 @@ func main() {
 	flag.StringVar(&o.Version, "version", "dev", "Version label.")
 	flag.StringVar(&o.Revision, "revision", "unknown", "Revision label.")
 	flag.StringVar(&o.Arch, "arch", runtime.GOARCH, "Architecture of the binary.")
+	var a AgentOptions
+	flag.StringVar(&a.Binary, "agent-binary", "", "The node agent's dra-exporter (cgo); empty: no agent image.")
+	flag.StringVar(&a.RootFS, "agent-rootfs", "", "Directory of the extracted Debian packages the agent's image stands on.")
+	packages := flag.String("agent-packages", "", "Those packages, name=version, comma-separated (for the image's labels).")
+	flag.StringVar(&a.Base, "agent-base", "", "An image tarball to build the agent on instead of -agent-rootfs (the DCGM variant: NVIDIA's DCGM image).")
+	flag.StringVar(&a.Ref, "agent-ref", "ghcr.io/dra-exporter/dra-exporter-node-agent:dev", "The agent image's reference.")
 	flag.Parse()
 	o.Created = time.Unix(0, 0).UTC()
 	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
@@ -63,16 +72,44 @@ func main() {
 		}
 		o.Created = time.Unix(sec, 0).UTC()
 	}
-	img, err := Build(o)
-	if err == nil {
-		err = Write(o, img)
-	}
-	if err != nil {
+	if err := build(o, a, *packages); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
+}
+
+func build(o Options, a AgentOptions, packages string) error {
+	if o.Binary != "" {
+		img, err := Build(o)
+		if err != nil {
+			return err
+		}
+		if err := Write(o, img); err != nil {
+			return err
+		}
+		report(o.Ref, img, o.Out, "oci", "dra-exporter.tar")
+	}
+	if a.Binary == "" {
+		return nil
+	}
+	a.Out, a.Version, a.Revision, a.Arch, a.Created = o.Out, o.Version, o.Revision, o.Arch, o.Created
+	if packages != "" {
+		a.Packages = strings.Split(packages, ",")
+	}
+	img, err := BuildAgent(a)
+	if err != nil {
+		return err
+	}
+	if err := WriteAs(a.Ref, img, filepath.Join(a.Out, "agent-oci"), filepath.Join(a.Out, "dra-exporter-node-agent.tar")); err != nil {
+		return err
+	}
+	report(a.Ref, img, a.Out, "agent-oci", "dra-exporter-node-agent.tar")
+	return nil
+}
+
+func report(ref string, img v1.Image, out, layout, tarName string) {
 	d, _ := img.Digest()
-	fmt.Printf("%s %s\n  layout  %s\n  tarball %s\n", o.Ref, d, filepath.Join(o.Out, "oci"), filepath.Join(o.Out, "dra-exporter.tar"))
+	fmt.Printf("%s %s\n  layout  %s\n  tarball %s\n", ref, d, filepath.Join(out, layout), filepath.Join(out, tarName))
 }
 
 // Build makes the image from the binary.
@@ -143,11 +180,15 @@ func Build(o Options) (v1.Image, error) {
 
 // Write writes the OCI layout and the tarball.
 func Write(o Options, img v1.Image) error {
-	ref, err := name.ParseReference(o.Ref)
+	return WriteAs(o.Ref, img, filepath.Join(o.Out, "oci"), filepath.Join(o.Out, "dra-exporter.tar"))
+}
+
+// WriteAs writes img as an OCI layout in dir and a tarball at tarPath.
+func WriteAs(refName string, img v1.Image, dir, tarPath string) error {
+	ref, err := name.ParseReference(refName)
 	if err != nil {
-		return fmt.Errorf("-ref: %w", err)
+		return fmt.Errorf("reference %q: %w", refName, err)
 	}
-	dir := filepath.Join(o.Out, "oci")
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -160,5 +201,5 @@ func Write(o Options, img v1.Image) error {
 	})); err != nil {
 		return err
 	}
-	return tarball.WriteToFile(filepath.Join(o.Out, "dra-exporter.tar"), ref, img)
+	return tarball.WriteToFile(tarPath, ref, img)
 }
