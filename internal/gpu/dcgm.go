@@ -217,11 +217,10 @@ func (s *dcgmSession) rewatch(h []MigHierarchyInfo) error {
 	if s.gpuGroup, err = s.newGroup("dra-exporter-gpus-"+stamp, EntityGPU, s.gpuIDs()); err != nil {
 		return err
 	}
-	basicGPU := fieldIDs(func(f Field) bool { return !f.Profiling })
-	if err := s.watch("dra-exporter-basic-"+stamp, basicGPU, s.gpuGroup); err != nil {
+	if err := s.watch("dra-exporter-basic-"+stamp, gpuBasic(), s.gpuGroup); err != nil {
 		return err
 	}
-	s.gpuFields = basicGPU
+	s.gpuFields = gpuBasic()
 	s.instFields = nil
 	if len(s.instances) > 0 {
 		ids := make([]uint, len(s.instances))
@@ -232,13 +231,10 @@ func (s *dcgmSession) rewatch(h []MigHierarchyInfo) error {
 			return err
 		}
 		s.hasInst = true
-		// An instance is watched for its own fields only: a board field
-		// on a GPU-instance entity answers the parent's value.
-		basicInst := fieldIDs(func(f Field) bool { return f.Instance && !f.Profiling })
-		if err := s.watch("dra-exporter-instance-basic-"+stamp, basicInst, s.instGroup); err != nil {
+		if err := s.watch("dra-exporter-instance-basic-"+stamp, instanceBasic(), s.instGroup); err != nil {
 			return err
 		}
-		s.instFields = basicInst
+		s.instFields = instanceBasic()
 		s.nameInstances()
 	}
 	s.profStatus.Watched = false
@@ -319,11 +315,20 @@ func (s *dcgmSession) watchProfiling(stamp string) error {
 		}
 	}
 	s.profStatus = GroupStatus{Name: GroupProfiling, Watched: true}
-	s.gpuFields = append(fieldIDs(func(f Field) bool { return !f.Profiling }), s.profFields...)
+	s.gpuFields = append(gpuBasic(), s.profFields...)
 	if s.hasInst {
-		s.instFields = append(fieldIDs(func(f Field) bool { return f.Instance && !f.Profiling }), s.profFields...)
+		s.instFields = append(instanceBasic(), s.profFields...)
 	}
 	return nil
+}
+
+// gpuBasic are the basic fields of a GPU.
+func gpuBasic() []FieldID { return fieldIDs(func(f Field) bool { return !f.Profiling }) }
+
+// instanceBasic are the basic fields of a GPU instance: its own only, since
+// a board field on a GPU-instance entity answers the parent's value.
+func instanceBasic() []FieldID {
+	return fieldIDs(func(f Field) bool { return f.Instance && !f.Profiling })
 }
 
 // profRetry is how long an unwatched profiling group waits before it is

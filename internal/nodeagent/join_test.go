@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"fmt"
+	"hash/fnv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,7 +49,9 @@ func inputs(objs ...any) Inputs {
 }
 
 func pod(name string) *corev1.Pod {
-	uid := fmt.Sprintf("%08x-0000-4000-8000-000000000000", len(name)*7919)
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	uid := fmt.Sprintf("%08x-0000-4000-8000-000000000000", h.Sum32())
 	p := testobj.Running(testobj.Bound(testobj.Pod(name, uid), node))
 	p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
 	return p
