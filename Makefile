@@ -119,8 +119,8 @@ test: build controlplane tools helm lint test-race image-test ## Run every test:
 test-unit: ## Run the tests that need no control plane (e2e and promtool tests skip when DRA_E2E_SKIP=1).
 	DRA_E2E_SKIP=1 $(GO) test -count=1 ./...
 
-# The packages where scrapes and informer handlers run concurrently.
-RACE_PKGS := ./collector/ ./internal/index/ ./internal/kube/
+# The packages where scrapes, informer handlers and GPU library calls run concurrently.
+RACE_PKGS := ./collector/ ./internal/index/ ./internal/kube/ ./internal/gpu/ ./internal/nodecollector/
 
 .PHONY: test-race
 test-race: ## Run the concurrency-sensitive packages under the race detector.

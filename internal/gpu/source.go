@@ -178,12 +178,16 @@ func (s *Supervised) Read(ctx context.Context) (*Reading, error) {
 	}
 	done := make(chan result, 1)
 	start := time.Now()
+	// finished is set, under mu, when the call returns: a timeout that
+	// races with the return must not mark the source hung for good.
+	finished := false
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
 				done <- result{nil, fmt.Errorf("GPU source panicked: %v", p)}
 			}
 			s.mu.Lock()
+			finished = true
 			s.hungSince = time.Time{}
 			s.mu.Unlock()
 			<-s.token
@@ -196,7 +200,9 @@ func (s *Supervised) Read(ctx context.Context) (*Reading, error) {
 		return res.r, res.err
 	case <-wait.Done():
 		s.mu.Lock()
-		s.hungSince = start
+		if !finished {
+			s.hungSince = start
+		}
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%s: %w after %s", s.Name(), ErrHung, s.opts.timeout())
 	}
