@@ -7,6 +7,7 @@
 package dra
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -269,12 +270,7 @@ type ClaimSet struct {
 // NewClaimSet indexes claims (keyed by ClaimKey).
 func NewClaimSet(claims map[string]*resourceapi.ResourceClaim) *ClaimSet {
 	s := &ClaimSet{byKey: claims, byOwner: map[types.UID][]*resourceapi.ResourceClaim{}, byGroup: map[string][]*resourceapi.ResourceClaim{}}
-	keys := make([]string, 0, len(claims))
-	for k := range claims {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(claims)) {
 		c := claims[k]
 		pod, group := Owners(c)
 		if pod != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,22 +12,7 @@ import (
 )
 
 // clock is the reconnect backoff's clock, moved by the test.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+type clock = gpufake.Clock
 
 func opts(c *clock) gpu.Options {
 	return gpu.Options{Now: c.Now, Timeout: 2 * time.Second}
@@ -102,7 +86,7 @@ func TestProfilingFailureKeepsBasicFields(t *testing.T) {
 	} {
 		t.Run(c.profiling, func(t *testing.T) {
 			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Profiling: c.profiling}, NVML: true, GPUs: twoGPUs()})
-			src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(&clock{}))
+			src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
 			defer src.Close()
 			r := read(t, src)
 			e := entity(t, r, gpu0)
@@ -121,7 +105,7 @@ func TestProfilingFailureKeepsBasicFields(t *testing.T) {
 		})
 	}
 	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: twoGPUs()})
-	src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(&clock{}))
+	src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
 	defer src.Close()
 	r := read(t, src)
 	if e := entity(t, r, gpu0); e.Values[gpu.FieldProfGrEngine] != 0.5 {
@@ -134,7 +118,7 @@ func TestProfilingFailureKeepsBasicFields(t *testing.T) {
 
 // Profiling is tried again later: the lock's holder may go away.
 func TestProfilingRetriedWhenTheLockIsFree(t *testing.T) {
-	clk := &clock{}
+	clk := gpufake.NewClock(time.Time{})
 	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Profiling: "in_use"}, NVML: true, GPUs: twoGPUs(),
 		Steps: []gpufake.Step{{DCGM: &gpufake.DCGMSpec{}}}})
 	src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(clk))
@@ -158,7 +142,7 @@ func TestProfilingRetriedWhenTheLockIsFree(t *testing.T) {
 // Defect 2: DCGM is initialised again after its connection is lost
 // (nv-hostengine restarted) or when it was not there at start.
 func TestReconnect(t *testing.T) {
-	clk := &clock{}
+	clk := gpufake.NewClock(time.Time{})
 	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Down: true}, NVML: true, GPUs: twoGPUs(), Steps: []gpufake.Step{
 		{Comment: "nv-hostengine starts", DCGM: &gpufake.DCGMSpec{}},
 		{Comment: "nv-hostengine restarts", RestartHostEngine: true},
@@ -206,7 +190,7 @@ func TestMIGReconfigurationBetweenReads(t *testing.T) {
 		Processes: []gpufake.ProcessSpec{{PID: 4242, UsedMemoryBytes: 30 << 30}}}
 	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: []gpufake.GPUSpec{migGPU(a, b)},
 		Steps: []gpufake.Step{{Comment: "A destroyed, C created", GPUs: []gpufake.GPUSpec{migGPU(b, c)}}}})
-	src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(&clock{}))
+	src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
 	defer src.Close()
 	r := read(t, src)
 	if e := entity(t, r, migB); e.Values[gpu.FieldFBUsed] != 2000 {
@@ -241,9 +225,9 @@ func TestBoardFieldsStayOnTheGPU(t *testing.T) {
 	for _, source := range []string{gpu.SourceDCGM, gpu.SourceNVML} {
 		t.Run(source, func(t *testing.T) {
 			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: []gpufake.GPUSpec{migGPU(a)}})
-			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), opts(&clock{}))
+			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
 			if source == gpu.SourceNVML {
-				src = gpu.NewNVML(m.NVML(), opts(&clock{}))
+				src = gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
 			}
 			defer src.Close()
 			r := read(t, src)
@@ -270,9 +254,9 @@ func TestLastXID(t *testing.T) {
 		t.Run(source, func(t *testing.T) {
 			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: twoGPUs(),
 				Steps: []gpufake.Step{{XIDs: []gpufake.XID{{UUID: gpu1, Code: 48}}}}})
-			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), opts(&clock{}))
+			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
 			if source == gpu.SourceNVML {
-				src = gpu.NewNVML(m.NVML(), opts(&clock{}))
+				src = gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
 			}
 			defer src.Close()
 			x, ok := entity(t, read(t, src), gpu1).Values[gpu.FieldXIDErrors]
@@ -296,7 +280,7 @@ func TestProfileNames(t *testing.T) {
 	for _, privileged := range []bool{false, true} {
 		t.Run(fmt.Sprintf("privileged=%v", privileged), func(t *testing.T) {
 			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, Privileged: privileged, GPUs: []gpufake.GPUSpec{migGPU(me, plain, big)}})
-			src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(&clock{}))
+			src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
 			defer src.Close()
 			r := read(t, src)
 			for uuid, want := range map[string]string{migA: "1g.10gb+me", migB: "1g.10gb", migC: "1g.20gb"} {
@@ -321,7 +305,7 @@ func TestProcessMemoryNotAvailable(t *testing.T) {
 	g := twoGPUs()
 	g[0].Processes = []gpufake.ProcessSpec{{PID: 7, MemoryNotAvailable: true}, {PID: 8, UsedMemoryBytes: 5 << 20}}
 	m := gpufake.New(gpufake.Spec{NVML: true, GPUs: g})
-	src := gpu.NewNVML(m.NVML(), opts(&clock{}))
+	src := gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
 	defer src.Close()
 	ps := entity(t, read(t, src), gpu0).Processes
 	if len(ps) != 2 || !ps[0].MemoryUnknown || ps[0].UsedMemoryBytes != 0 || ps[1].MemoryUnknown || ps[1].UsedMemoryBytes != 5<<20 {
@@ -373,9 +357,9 @@ func TestLostGPU(t *testing.T) {
 			lost := twoGPUs()
 			lost[1].Lost = true
 			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: g, Steps: []gpufake.Step{{Comment: "XID 79", GPUs: lost}}})
-			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), opts(&clock{}))
+			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
 			if source == gpu.SourceNVML {
-				src = gpu.NewNVML(m.NVML(), opts(&clock{}))
+				src = gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
 			}
 			defer src.Close()
 			read(t, src)
@@ -393,7 +377,7 @@ func TestLostGPU(t *testing.T) {
 
 // NVML serves where DCGM cannot start; DCGM takes over once it can.
 func TestAutoPrefersDCGM(t *testing.T) {
-	clk := &clock{}
+	clk := gpufake.NewClock(time.Time{})
 	m := gpufake.New(gpufake.Spec{NVML: true, GPUs: twoGPUs(), Steps: []gpufake.Step{{Comment: "DCGM installed", DCGM: &gpufake.DCGMSpec{}}}})
 	src := gpu.NewAuto(m.DCGM(), m.NVML(), opts(clk))
 	defer src.Close()
@@ -424,13 +408,13 @@ func TestAutoPrefersDCGM(t *testing.T) {
 // its configured name.
 func TestNoLibrary(t *testing.T) {
 	m := gpufake.New(gpufake.Spec{GPUs: twoGPUs()})
-	src := gpu.NewAuto(m.DCGM(), m.NVML(), opts(&clock{}))
+	src := gpu.NewAuto(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
 	defer src.Close()
 	_, err := src.Read(context.Background())
 	if err == nil || src.Name() != gpu.SourceAuto {
 		t.Errorf("read %v, name %s", err, src.Name())
 	}
-	src2 := gpu.NewAuto(nil, nil, opts(&clock{}))
+	src2 := gpu.NewAuto(nil, nil, opts(gpufake.NewClock(time.Time{})))
 	if _, err := src2.Read(context.Background()); !errors.Is(err, gpu.ErrUnavailable) {
 		t.Errorf("no libraries in this build: %v", err)
 	}

@@ -2,7 +2,9 @@ package nodeagent
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -288,12 +290,7 @@ type apiDevice struct {
 func apiHolders(in Inputs, pods map[string]*corev1.Pod, claims *dra.ClaimSet, byRef map[DeviceRef]*sliceDevice) ([]Holder, []apiDevice) {
 	var holders []Holder
 	var devices []apiDevice
-	uids := make([]string, 0, len(pods))
-	for uid := range pods {
-		uids = append(uids, uid)
-	}
-	sort.Strings(uids)
-	for _, uid := range uids {
+	for _, uid := range slices.Sorted(maps.Keys(pods)) {
 		p := pods[uid]
 		if terminal(p) {
 			continue

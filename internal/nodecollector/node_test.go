@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -75,30 +74,11 @@ func loadStore(t testing.TB, path string) *staticStore {
 	return s
 }
 
-// clock moves the GPU source's reconnect backoff a scrape interval per
-// step.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // node is a scenario's agent with its parts.
 type node struct {
 	agent   *nodeagent.Agent
 	machine *gpufake.Machine // nil with a recorded source
-	clock   *clock
+	clock   *gpufake.Clock
 	store   *staticStore
 	kubelet *podresources.Server // nil: the socket is absent
 }
@@ -113,7 +93,7 @@ func (n *node) step(t testing.TB, dir string, i int) bool {
 	if _, ok := n.machine.Step(); !ok {
 		return false
 	}
-	n.clock.add(time.Minute)
+	n.clock.Add(time.Minute)
 	stepDir := filepath.Join(dir, fmt.Sprintf("step%d", i))
 	if objs := filepath.Join(stepDir, "objects.yaml"); exists(objs) {
 		*n.store = *loadStore(t, objs)
@@ -145,7 +125,7 @@ func readPodResources(t testing.TB, dir string) *podresourcesv1.ListPodResources
 // source) and the scenario's /proc tree.
 func agentWith(t testing.TB, dir string, store *staticStore) *node {
 	t.Helper()
-	n := &node{clock: &clock{now: time.Unix(1_800_000_000, 0)}, store: store}
+	n := &node{clock: gpufake.NewClock(time.Unix(1_800_000_000, 0)), store: store}
 	socket := filepath.Join(t.TempDir(), "kubelet.sock")
 	if exists(filepath.Join(dir, "podresources.json")) {
 		srv, err := podresources.Serve(socket)

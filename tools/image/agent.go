@@ -96,17 +96,10 @@ func BuildAgent(a AgentOptions) (v1.Image, error) {
 		WorkingDir:   "/",
 		Env:          env,
 		ExposedPorts: map[string]struct{}{"9878/tcp": {}},
-		Labels: map[string]string{
-			"org.opencontainers.image.title":       "dra-exporter-node-agent",
-			"org.opencontainers.image.description": "dra-exporter node agent: GPU telemetry (NVML, DCGM) joined to the pods, claims and devices of Kubernetes DRA",
-			"org.opencontainers.image.source":      "https://github.com/dra-exporter/dra-exporter",
-			"org.opencontainers.image.url":         "https://github.com/dra-exporter/dra-exporter",
-			"org.opencontainers.image.version":     a.Version,
-			"org.opencontainers.image.revision":    a.Revision,
-			"org.opencontainers.image.created":     a.Created.Format(time.RFC3339),
-			"org.opencontainers.image.base.name":   baseName,
-		},
+		Labels: a.labels("dra-exporter-node-agent",
+			"dra-exporter node agent: GPU telemetry (NVML, DCGM) joined to the pods, claims and devices of Kubernetes DRA"),
 	}
+	cf.Config.Labels["org.opencontainers.image.base.name"] = baseName
 	return mutate.ConfigFile(img, cf)
 }
 

@@ -165,15 +165,7 @@ func Build(o Options) (v1.Image, error) {
 		User:         User,
 		WorkingDir:   "/",
 		ExposedPorts: map[string]struct{}{"9877/tcp": {}},
-		Labels: map[string]string{
-			"org.opencontainers.image.title":       "dra-exporter",
-			"org.opencontainers.image.description": "Prometheus exporter for Kubernetes Dynamic Resource Allocation (DRA) on GPU clusters",
-			"org.opencontainers.image.source":      "https://github.com/dra-exporter/dra-exporter",
-			"org.opencontainers.image.url":         "https://github.com/dra-exporter/dra-exporter",
-			"org.opencontainers.image.version":     o.Version,
-			"org.opencontainers.image.revision":    o.Revision,
-			"org.opencontainers.image.created":     o.Created.Format(time.RFC3339),
-		},
+		Labels:       o.labels("dra-exporter", "Prometheus exporter for Kubernetes Dynamic Resource Allocation (DRA) on GPU clusters"),
 	}
 	return mutate.ConfigFile(img, cf)
 }
@@ -202,4 +194,17 @@ func WriteAs(refName string, img v1.Image, dir, tarPath string) error {
 		return err
 	}
 	return tarball.WriteToFile(tarPath, ref, img)
+}
+
+// labels are an image's OCI annotations.
+func (o Options) labels(title, description string) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.title":       title,
+		"org.opencontainers.image.description": description,
+		"org.opencontainers.image.source":      "https://github.com/dra-exporter/dra-exporter",
+		"org.opencontainers.image.url":         "https://github.com/dra-exporter/dra-exporter",
+		"org.opencontainers.image.version":     o.Version,
+		"org.opencontainers.image.revision":    o.Revision,
+		"org.opencontainers.image.created":     o.Created.Format(time.RFC3339),
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/dra-exporter/dra-exporter/internal/gpu"
 )
@@ -213,4 +214,28 @@ func (m *Machine) Address() string {
 		return ""
 	}
 	return m.spec.DCGM.Address
+}
+
+// Clock is a clock the test moves: the sources' reconnect backoff reads it
+// (gpu.Options.Now), so that a step "a minute later" needs no waiting.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock starts a clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{now: t} }
+
+// Now is the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Add moves the clock on.
+func (c *Clock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
 }
