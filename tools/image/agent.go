@@ -13,7 +13,6 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -55,12 +54,7 @@ func BuildAgent(a AgentOptions) (v1.Image, error) {
 		if err != nil {
 			return nil, fmt.Errorf("-agent-rootfs: %w", err)
 		}
-		img := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-		img = mutate.ConfigMediaType(img, types.OCIConfigJSON)
-		base, err = mutate.Append(img, mutate.Addendum{Layer: layer, History: v1.History{
-			Author: "dra-exporter tools/image", Created: v1.Time{Time: a.Created},
-			CreatedBy: "tools/image: Debian packages (apt-get download, dpkg-deb -x): " + strings.Join(a.Packages, " "),
-		}})
+		base, _, err = appendLayer(emptyOCI(), layer, "tools/image: Debian packages (apt-get download, dpkg-deb -x): "+strings.Join(a.Packages, " "), a.Created)
 		if err != nil {
 			return nil, err
 		}
@@ -72,17 +66,10 @@ func BuildAgent(a AgentOptions) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, History: v1.History{
-		Author: "dra-exporter tools/image", CreatedBy: "tools/image: /dra-exporter (cgo, glibc)", Created: v1.Time{Time: a.Created},
-	}})
+	img, cf, err := appendLayer(base, layer, "tools/image: /dra-exporter (cgo, glibc)", a.Created)
 	if err != nil {
 		return nil, err
 	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", a.Arch
 	cf.Created = v1.Time{Time: a.Created}
 	env := cf.Config.Env

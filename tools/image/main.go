@@ -13,11 +13,8 @@
 package main
 
 import (
-	"archive/tar"
-	"bytes"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -117,46 +114,14 @@ func Build(o Options) (v1.Image, error) {
 	if o.Binary == "" {
 		return nil, fmt.Errorf("-binary is required")
 	}
-	bin, err := os.ReadFile(o.Binary)
+	layer, err := binaryLayer(o.Binary, o.Created)
 	if err != nil {
 		return nil, err
 	}
-	var layerTar bytes.Buffer
-	tw := tar.NewWriter(&layerTar)
-	if err := tw.WriteHeader(&tar.Header{Name: "dra-exporter", Mode: 0o755, Size: int64(len(bin)), ModTime: o.Created, Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
-		return nil, err
-	}
-	if _, err := tw.Write(bin); err != nil {
-		return nil, err
-	}
-	// A world-writable /tmp with the sticky bit: Go's os.TempDir, should anything
-	// need it; the chart mounts the root filesystem read-only.
-	if err := tw.WriteHeader(&tar.Header{Name: "tmp/", Mode: 0o1777, ModTime: o.Created, Typeflag: tar.TypeDir, Format: tar.FormatPAX}); err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	data := layerTar.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(data)), nil
-	}, tarball.WithMediaType(types.OCILayer))
+	img, cf, err := appendLayer(emptyOCI(), layer, "tools/image: /dra-exporter (static, CGO_ENABLED=0)", o.Created)
 	if err != nil {
 		return nil, err
 	}
-	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
-	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, History: v1.History{
-		Author: "dra-exporter tools/image", CreatedBy: "tools/image: /dra-exporter (static, CGO_ENABLED=0)", Created: v1.Time{Time: o.Created},
-	}})
-	if err != nil {
-		return nil, err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", o.Arch
 	cf.Created = v1.Time{Time: o.Created}
 	cf.Config = v1.Config{
@@ -207,4 +172,25 @@ func (o Options) labels(title, description string) map[string]string {
 		"org.opencontainers.image.revision":    o.Revision,
 		"org.opencontainers.image.created":     o.Created.Format(time.RFC3339),
 	}
+}
+
+// emptyOCI is an empty OCI image.
+func emptyOCI() v1.Image {
+	return mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+}
+
+// appendLayer adds a layer with its history entry and returns the image
+// and a copy of its config to fill in.
+func appendLayer(base v1.Image, layer v1.Layer, createdBy string, created time.Time) (v1.Image, *v1.ConfigFile, error) {
+	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, History: v1.History{
+		Author: "dra-exporter tools/image", CreatedBy: createdBy, Created: v1.Time{Time: created},
+	}})
+	if err != nil {
+		return nil, nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, nil, err
+	}
+	return img, cf.DeepCopy(), nil
 }
