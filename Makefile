@@ -49,10 +49,11 @@ IMAGE_REF ?= ghcr.io/dra-exporter/dra-exporter:$(VERSION)
 AGENT_IMAGE_REF ?= ghcr.io/dra-exporter/dra-exporter-node-agent:$(VERSION)
 # The node agent's image stands on Debian's own packages: the cgo binary needs glibc (libc6, which
 # depends on libgcc-s1), fetched with apt-get download into a cache keyed by version and extracted
-# with dpkg-deb. Debian 12's versions: bump them with `apt-cache policy libc6 libgcc-s1` (the agent's
-# glibc must be at least the one it was built against). AGENT_BASE=image.tar builds the agent on that
-# image instead (the DCGM variant: NVIDIA's DCGM image, e.g. `crane pull nvcr.io/nvidia/cloud-native/dcgm:<tag> dcgm.tar`).
-AGENT_DEBS ?= libc6=2.36-9+deb12u14 libgcc-s1=12.2.0-14+deb12u1
+# with dpkg-deb. By default each at this host's apt candidate version (at least the glibc the binary
+# was just built against); AGENT_DEBS pins them (e.g. libc6=2.36-9+deb12u14 libgcc-s1=12.2.0-14+deb12u1).
+# AGENT_BASE=image.tar builds the agent on that image instead (the DCGM variant: NVIDIA's DCGM image,
+# e.g. `crane pull nvcr.io/nvidia/cloud-native/dcgm:<tag> dcgm.tar`).
+AGENT_DEBS ?=
 DEB_CACHE ?= $(CACHE)/debian
 AGENT_BASE ?=
 
@@ -60,24 +61,27 @@ AGENT_BASE ?=
 image: ## Build the OCI images without Docker (go-containerregistry): the exporter (static) and the node agent (cgo, on Debian's libc6) in bin/image.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/dra-exporter ./cmd/dra-exporter
 	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/agent/dra-exporter ./cmd/dra-exporter
-	@if [ -z "$(AGENT_BASE)" ]; then \
+	@rm -rf $(IMAGE_DIR)/agent-rootfs $(IMAGE_DIR)/agent-packages; \
+	if [ -z "$(AGENT_BASE)" ]; then \
 		command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || { echo "make image: the agent's base needs apt-get and dpkg-deb (Debian), or AGENT_BASE=image.tar"; exit 2; }; \
-		arch=$$(dpkg --print-architecture); mkdir -p $(DEB_CACHE); \
-		rm -rf $(IMAGE_DIR)/agent-rootfs && mkdir -p $(IMAGE_DIR)/agent-rootfs; \
-		for p in $(AGENT_DEBS); do \
+		pkgs="$(AGENT_DEBS)"; \
+		if [ -z "$$pkgs" ]; then for n in libc6 libgcc-s1; do \
+			v=$$(apt-cache policy $$n | awk '/Candidate:/ {print $$2}'); \
+			[ -n "$$v" ] && [ "$$v" != "(none)" ] || { echo "make image: apt knows no $$n (apt-get update)"; exit 2; }; \
+			pkgs="$$pkgs $$n=$$v"; done; fi; \
+		arch=$$(dpkg --print-architecture); mkdir -p $(DEB_CACHE) $(IMAGE_DIR)/agent-rootfs; \
+		for p in $$pkgs; do \
 			deb=$(DEB_CACHE)/$${p%%=*}_$$(echo "$${p#*=}" | sed 's/:/%3a/')_$$arch.deb; \
-			[ -f "$$deb" ] || (cd $(DEB_CACHE) && apt-get download -q -o APT::Sandbox::User=root "$$p") || { echo "make image: apt-get download $$p failed (apt-get update; or bump AGENT_DEBS)"; exit 2; }; \
+			[ -f "$$deb" ] || (cd $(DEB_CACHE) && apt-get download -q -o APT::Sandbox::User=root "$$p") || { echo "make image: apt-get download $$p failed (apt-get update; or AGENT_DEBS)"; exit 2; }; \
 			dpkg-deb -x "$$deb" $(IMAGE_DIR)/agent-rootfs; \
 		done; \
 		find $(IMAGE_DIR)/agent-rootfs/usr/share/doc -name 'changelog*' -delete; \
+		echo $$pkgs | tr ' ' ',' > $(IMAGE_DIR)/agent-packages; \
 	fi
 	cd tools/image && $(GO) run . -binary $(IMAGE_DIR)/dra-exporter -out $(IMAGE_DIR) -ref $(IMAGE_REF) \
 		-version $(VERSION) -revision $(REVISION) \
-		-agent-binary $(IMAGE_DIR)/agent/dra-exporter -agent-ref $(AGENT_IMAGE_REF) -agent-packages '$(subst $(space),$(comma),$(AGENT_DEBS))' \
-		$(if $(AGENT_BASE),-agent-base $(abspath $(AGENT_BASE)),-agent-rootfs $(IMAGE_DIR)/agent-rootfs)
-
-comma := ,
-space := $(empty) $(empty)
+		-agent-binary $(IMAGE_DIR)/agent/dra-exporter -agent-ref $(AGENT_IMAGE_REF) \
+		$(if $(AGENT_BASE),-agent-base $(abspath $(AGENT_BASE)),-agent-rootfs $(IMAGE_DIR)/agent-rootfs -agent-packages "$$(cat $(IMAGE_DIR)/agent-packages)")
 
 .PHONY: image-test
 image-test: image ## Read both images back (entrypoint, user, labels) and run each binary inside with `version` (the agent's in a chroot of its root file system).
