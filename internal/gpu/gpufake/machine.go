@@ -109,7 +109,9 @@ func (m *Machine) setHang(on bool) {
 
 // enter counts a call and blocks while the machine hangs: a GPU that stops
 // answering, or a library call stuck in the driver, returns when (if
-// ever) the driver does.
+// ever) the driver does. DCGM knows the case as an NVML driver timeout
+// (dcgm_structs.h ~405, DCGM_ST_NVML_DRIVER_TIMEOUT), which its own calls
+// into NVML wait out; the caller's call does not return meanwhile.
 func (m *Machine) enter(call string) {
 	m.mu.Lock()
 	m.Calls[call]++

@@ -277,6 +277,9 @@ type gpuInstance struct{ info gpu.GpuInstanceInfo }
 
 func (g gpuInstance) GetInfo() (gpu.GpuInstanceInfo, gpu.NVMLReturn) { return g.info, gpu.NVMLSuccess }
 
+// processInfos lists processes as nvmlDeviceGetComputeRunningProcesses
+// does; a memory the driver cannot tell is NVML_VALUE_NOT_AVAILABLE, all
+// ones as an unsigned long long (nvml.h ~156, ~355-356).
 func processInfos(ps []ProcessSpec, gi int) []gpu.ProcessInfo {
 	out := make([]gpu.ProcessInfo, 0, len(ps))
 	for _, p := range ps {
