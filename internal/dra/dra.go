@@ -147,11 +147,14 @@ func Owners(c *resourceapi.ResourceClaim) (pod, group *Owner) {
 // ownedByPod reports whether a generated claim belongs to the pod: the pod
 // owns it, or the PodGroup the pod belongs to does.
 func ownedByPod(c *resourceapi.ResourceClaim, pod *corev1.Pod) bool {
-	byPod, byGroup := Owners(c)
-	if byPod != nil {
-		return byPod.UID == pod.UID
+	ref := metav1.GetControllerOfNoCopy(c)
+	switch {
+	case ref == nil:
+		return false
+	case ref.Kind == "Pod" && ref.APIVersion == "v1":
+		return ref.UID == pod.UID
 	}
-	return byGroup != nil && byGroup.Name == Group(pod)
+	return ref.Kind == "PodGroup" && strings.HasPrefix(ref.APIVersion, "scheduling.k8s.io/") && ref.Name == Group(pod)
 }
 
 // Group returns the name of the PodGroup the pod belongs to, "" when none.

@@ -18,27 +18,35 @@ const (
 // over the index's claims: Claim is nil when the claim does not exist).
 type PodClaim = dra.PodClaim[*Claim]
 
-type claimSource interface {
-	claimByKey(Key) *Claim
-	claimsOwnedBy(types.UID) []*Claim
-	claimsOfGroup(Key) []*Claim
-}
+// snapshotClaims and indexClaims let the shared resolution read a
+// snapshot's or the live index's claims; pointer-shaped, they cost no
+// allocation as a dra.Claims.
+type (
+	snapshotClaims Snapshot
+	indexClaims    Index
+)
 
-// claimLookup lets the shared resolution read the index's claims.
-type claimLookup struct{ src claimSource }
+func (l *snapshotClaims) Claim(namespace, name string) *Claim {
+	return (*Snapshot)(l).claimByKey(Key{namespace, name})
+}
+func (l *snapshotClaims) OwnedBy(uid types.UID) []*Claim { return (*Snapshot)(l).claimsOwnedBy(uid) }
+func (l *snapshotClaims) OfGroup(namespace, group string) []*Claim {
+	return (*Snapshot)(l).claimsOfGroup(Key{namespace, group})
+}
+func (l *snapshotClaims) Object(c *Claim) *resourceapi.ResourceClaim { return c.Obj }
 
-func (l claimLookup) Claim(namespace, name string) *Claim {
-	return l.src.claimByKey(Key{namespace, name})
+func (l *indexClaims) Claim(namespace, name string) *Claim {
+	return (*Index)(l).claimByKey(Key{namespace, name})
 }
-func (l claimLookup) OwnedBy(uid types.UID) []*Claim { return l.src.claimsOwnedBy(uid) }
-func (l claimLookup) OfGroup(namespace, group string) []*Claim {
-	return l.src.claimsOfGroup(Key{namespace, group})
+func (l *indexClaims) OwnedBy(uid types.UID) []*Claim { return (*Index)(l).claimsOwnedBy(uid) }
+func (l *indexClaims) OfGroup(namespace, group string) []*Claim {
+	return (*Index)(l).claimsOfGroup(Key{namespace, group})
 }
-func (l claimLookup) Object(c *Claim) *resourceapi.ResourceClaim { return c.Obj }
+func (l *indexClaims) Object(c *Claim) *resourceapi.ResourceClaim { return c.Obj }
 
 // resolvePodClaims returns the claims a pod depends on (dra.PodClaims).
-func resolvePodClaims(src claimSource, p *Pod) []PodClaim {
-	return dra.PodClaims[*Claim](claimLookup{src}, p.Obj)
+func resolvePodClaims(src dra.Claims[*Claim], p *Pod) []PodClaim {
+	return dra.PodClaims(src, p.Obj)
 }
 
 // podLane returns the lane that serves the pod's GPUs, or "" when the pod
