@@ -56,15 +56,45 @@ build: ## Build bin/dra-exporter.
 
 IMAGE_DIR := $(CURDIR)/bin/image
 IMAGE_REF ?= ghcr.io/dra-exporter/dra-exporter:$(VERSION)
+AGENT_IMAGE_REF ?= ghcr.io/dra-exporter/dra-exporter-node-agent:$(VERSION)
+# The node agent's image stands on Debian's own packages: the cgo binary needs glibc (libc6, which
+# depends on libgcc-s1), fetched with apt-get download into a cache keyed by version and extracted
+# with dpkg-deb. By default each at this host's apt candidate version (at least the glibc the binary
+# was just built against); AGENT_DEBS pins them (e.g. libc6=2.36-9+deb12u14 libgcc-s1=12.2.0-14+deb12u1).
+# AGENT_BASE=image.tar builds the agent on that image instead (the DCGM variant: NVIDIA's DCGM image,
+# e.g. `crane pull nvcr.io/nvidia/cloud-native/dcgm:<tag> dcgm.tar`).
+AGENT_DEBS ?=
+DEB_CACHE ?= $(CACHE)/debian
+AGENT_BASE ?=
 
 .PHONY: image
-image: ## Build the cluster exporter's OCI image without Docker (go-containerregistry): bin/image/oci and bin/image/dra-exporter.tar.
+image: ## Build the OCI images without Docker (go-containerregistry): the exporter (static) and the node agent (cgo, on Debian's libc6) in bin/image.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/dra-exporter ./cmd/dra-exporter
+	CGO_ENABLED=1 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(IMAGE_DIR)/agent/dra-exporter ./cmd/dra-exporter
+	@rm -rf $(IMAGE_DIR)/agent-rootfs $(IMAGE_DIR)/agent-packages; \
+	if [ -z "$(AGENT_BASE)" ]; then \
+		command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || { echo "make image: the agent's base needs apt-get and dpkg-deb (Debian), or AGENT_BASE=image.tar"; exit 2; }; \
+		pkgs="$(AGENT_DEBS)"; \
+		if [ -z "$$pkgs" ]; then for n in libc6 libgcc-s1; do \
+			v=$$(apt-cache policy $$n | awk '/Candidate:/ {print $$2}'); \
+			[ -n "$$v" ] && [ "$$v" != "(none)" ] || { echo "make image: apt knows no $$n (apt-get update)"; exit 2; }; \
+			pkgs="$$pkgs $$n=$$v"; done; fi; \
+		arch=$$(dpkg --print-architecture); mkdir -p $(DEB_CACHE) $(IMAGE_DIR)/agent-rootfs; \
+		for p in $$pkgs; do \
+			deb=$(DEB_CACHE)/$${p%%=*}_$$(echo "$${p#*=}" | sed 's/:/%3a/')_$$arch.deb; \
+			[ -f "$$deb" ] || (cd $(DEB_CACHE) && apt-get download -q -o APT::Sandbox::User=root "$$p") || { echo "make image: apt-get download $$p failed (apt-get update; or AGENT_DEBS)"; exit 2; }; \
+			dpkg-deb -x "$$deb" $(IMAGE_DIR)/agent-rootfs; \
+		done; \
+		find $(IMAGE_DIR)/agent-rootfs/usr/share/doc -name 'changelog*' -delete; \
+		echo $$pkgs | tr ' ' ',' > $(IMAGE_DIR)/agent-packages; \
+	fi
 	cd tools/image && $(GO) run . -binary $(IMAGE_DIR)/dra-exporter -out $(IMAGE_DIR) -ref $(IMAGE_REF) \
-		-version $(VERSION) -revision $(REVISION)
+		-version $(VERSION) -revision $(REVISION) \
+		-agent-binary $(IMAGE_DIR)/agent/dra-exporter -agent-ref $(AGENT_IMAGE_REF) \
+		$(if $(AGENT_BASE),-agent-base $(abspath $(AGENT_BASE)),-agent-rootfs $(IMAGE_DIR)/agent-rootfs -agent-packages "$$(cat $(IMAGE_DIR)/agent-packages)")
 
 .PHONY: image-test
-image-test: image ## Read the image back (entrypoint, user, labels) and run the binary inside with `version`.
+image-test: image ## Read both images back (entrypoint, user, labels) and run each binary inside with `version` (the agent's in a chroot of its root file system).
 	cd tools/image && DRA_IMAGE_DIR=$(IMAGE_DIR) $(GO) test -count=1 ./...
 
 .PHONY: controlplane
@@ -143,8 +173,8 @@ test-node: build controlplane tools helm node-bins node-packages image ## Run on
 test-unit: ## Run the tests that need no control plane (e2e, real-node and promtool tests skip when DRA_E2E_SKIP=1 and their programs are absent).
 	DRA_E2E_SKIP=1 $(GO) test -count=1 ./...
 
-# The packages where scrapes and informer handlers run concurrently.
-RACE_PKGS := ./collector/ ./internal/index/ ./internal/kube/
+# The packages where scrapes, informer handlers and GPU library calls run concurrently.
+RACE_PKGS := ./collector/ ./internal/index/ ./internal/kube/ ./internal/gpu/ ./internal/nodecollector/
 
 .PHONY: test-race
 test-race: ## Run the concurrency-sensitive packages under the race detector.
@@ -234,16 +264,12 @@ lint: $(STATICCHECK) ## gofmt, go vet, staticcheck (every module of the reposito
 demo: build controlplane tools node-bins node-packages ## Start a local control plane with simulated GPU nodes and, where the machine allows, a real node; the exporter, node agents and Prometheus.
 	$(GO) run ./test/demo
 
+GPU_CHECK := $(CURDIR)/bin/gpu-check.sh
+
 .PHONY: gpu-check
-gpu-check: build ## On a host with an NVIDIA GPU and libdcgm: run the node agent with the real DCGM and print its series (under 5 min).
-	@test -n "$${NODE_NAME:-}" || (echo "set NODE_NAME (and KUBECONFIG) to the node this host is"; exit 2)
-	@rm -f bin/gpu-check.log; $(BIN) node --node-name=$$NODE_NAME --gpu.source=dcgm \
-		--web.listen-address=127.0.0.1:19878 --log.level=debug > bin/gpu-check.log 2>&1 & pid=$$!; \
-	trap 'kill $$pid 2>/dev/null' EXIT; \
-	for i in $$(seq 1 60); do curl -sf http://127.0.0.1:19878/readyz >/dev/null && break; sleep 1; done; \
-	sleep 5; curl -sf http://127.0.0.1:19878/metrics | grep -E '^dra_(gpu|node)_' || (cat bin/gpu-check.log; exit 1); \
-	curl -sf http://127.0.0.1:19878/metrics | grep -q '^dra_gpu_source_up{source="dcgm"} 1' || \
-		(echo ">> DCGM is not up; the agent's log:"; cat bin/gpu-check.log; exit 1)
+gpu-check: build ## Verify the node agent on a GPU host: writes bin/gpu-check.sh (the script and the binary in one file, to copy to a GPU host) and runs it here; FAKE=fake.json runs it on a simulated node.
+	bash cmd/dra-exporter/gpu-check.sh --bundle $(BIN) $(GPU_CHECK)
+	$(GPU_CHECK) $(if $(FAKE),--fake $(abspath $(FAKE))) $(GPU_CHECK_ARGS)
 
 .PHONY: clean
 clean: ## Remove bin/ (the .cache/ builds stay; rm -rf .cache to rebuild them).

@@ -5,6 +5,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -50,6 +51,52 @@ func TestImportRules(t *testing.T) {
 	for pkg := range allowed {
 		if _, ok := packages[pkg]; !ok {
 			t.Errorf("docs/architecture.md has a row for %s, which is not a package", pkg)
+		}
+	}
+}
+
+// clusterPackages are the cluster exporter's packages: collector and what
+// it and the informers stand on.
+var clusterPackages = []string{"collector", "internal/index", "internal/classify", "internal/offline", "internal/kube",
+	"internal/objects", "internal/dra", "internal/celmatch", "internal/devattr", "internal/shard", "internal/vocab"}
+
+// agentDependencies are what only the node agent may depend on.
+var agentDependencies = []string{"github.com/NVIDIA/go-dcgm", "github.com/NVIDIA/go-nvml", "google.golang.org/grpc", "k8s.io/kubelet",
+	modulePath + "internal/gpu", modulePath + "internal/nodeagent", modulePath + "internal/nodecollector",
+	modulePath + "internal/podresources", modulePath + "internal/procmap"}
+
+// TestClusterDependencies checks the cluster exporter's packages on their
+// transitive dependencies (go list -deps): no package outside the standard
+// library with cgo files, none of the node agent's libraries (go-dcgm,
+// go-nvml, gRPC, the kubelet's API) or packages.
+func TestClusterDependencies(t *testing.T) {
+	args := []string{"list", "-deps", "-f", "{{.ImportPath}}\t{{.Standard}}\t{{len .CgoFiles}}"}
+	for _, p := range clusterPackages {
+		args = append(args, modulePath+p)
+	}
+	cmd := exec.Command("go", args...)
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 100 {
+		t.Fatalf("go list -deps listed %d packages", len(lines))
+	}
+	for _, line := range lines {
+		f := strings.Split(line, "\t")
+		if len(f) != 3 {
+			t.Fatalf("go list line %q", line)
+		}
+		pkg, standard, cgoFiles := f[0], f[1] == "true", f[2] != "0"
+		if cgoFiles && !standard {
+			t.Errorf("the cluster exporter depends on %s, which uses cgo", pkg)
+		}
+		for _, dep := range agentDependencies {
+			if pkg == dep || strings.HasPrefix(pkg, dep+"/") {
+				t.Errorf("the cluster exporter depends on %s, which only the node agent may", pkg)
+			}
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/dra"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/shard"
@@ -31,7 +32,13 @@ func (c *config) register(fs *flag.FlagSet) {
 		"Comma-separated pod label keys exported on dra_pod_labels (none by default: pod labels can be unbounded or sensitive).")
 	fs.DurationVar(&c.unreservedGrace, "claim.unreserved-grace-period", 5*time.Minute,
 		"How long an allocated claim may reserve no pod before it counts as leaked (reason allocated_unreserved).")
-	fs.StringVar(&c.devicePluginResources, "device-plugin.resources", "nvidia.com/gpu",
+	registerDevicePluginResources(fs, &c.devicePluginResources)
+}
+
+// registerDevicePluginResources is the flag serve and node share, so that
+// both processes take the same resources for device-plugin GPUs.
+func registerDevicePluginResources(fs *flag.FlagSet, v *string) {
+	fs.StringVar(v, "device-plugin.resources", "nvidia.com/gpu",
 		"Comma-separated extended resources that device plugins advertise for GPUs (the device-plugin lane).")
 }
 
@@ -59,7 +66,7 @@ func (c *config) trimmer() objects.Trimmer {
 }
 
 func (c *config) indexConfig(now func() time.Time, obs index.Observer) index.Config {
-	return index.Config{Now: now, Observer: obs, DevicePluginResources: splitList(c.devicePluginResources), Shard: c.shard}
+	return index.Config{Now: now, Observer: obs, DevicePluginResources: dra.ParseResources(c.devicePluginResources), Shard: c.shard}
 }
 
 // collectors builds the cluster collectors from the flags.

@@ -17,6 +17,7 @@ const usage = `Usage: dra-exporter [COMMAND] [FLAGS]
 Commands:
   serve      watch the cluster and serve metrics (the default)
   node       the node agent: GPU telemetry joined to pods, claims and devices (one per GPU node)
+  gpu-check  read this host's GPUs as the node agent does and compare with nvidia-smi
   snapshot   print the metrics for a file of objects (kubectl get -o yaml)
   explain    walk the decision tree for one pod, live or from files
   docs       print the metrics reference (docs/metrics.md)
@@ -39,6 +40,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return serve(args, stderr)
 	case "node":
 		return node(args, stderr)
+	case "gpu-check":
+		return gpuCheck(args, stdout, stderr)
 	case "snapshot":
 		return snapshot(args, stdout, stderr)
 	case "explain":

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,58 +16,94 @@ import (
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/dra"
 	"github.com/dra-exporter/dra-exporter/internal/gpu"
+	"github.com/dra-exporter/dra-exporter/internal/gpu/gpufake"
 	"github.com/dra-exporter/dra-exporter/internal/kube"
 	"github.com/dra-exporter/dra-exporter/internal/nodeagent"
+	"github.com/dra-exporter/dra-exporter/internal/nodecollector"
+	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/podresources"
 	"github.com/dra-exporter/dra-exporter/internal/procmap"
 )
+
+// gpuFlags choose and configure the GPU source (node and gpu-check).
+type gpuFlags struct {
+	source       string
+	recordedFile string
+	fakeFile     string
+	hostengine   string
+	timeout      time.Duration
+	// machine is the simulated node of --gpu.fake-file, once opened.
+	machine *gpufake.Machine
+}
+
+func (f *gpuFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.source, "gpu.source", gpu.SourceAuto, "GPU telemetry source: auto (DCGM where it starts, else NVML), dcgm (go-dcgm: libdcgm.so.4, profiling), nvml (go-nvml: libnvidia-ml.so.1 from the driver, the basic fields), recorded (--gpu.recorded-file) or none.")
+	fs.StringVar(&f.recordedFile, "gpu.recorded-file", "", "JSON recording of a node's GPUs for --gpu.source=recorded (tests, the demo).")
+	fs.StringVar(&f.fakeFile, "gpu.fake-file", "", "A simulated GPU node (internal/gpu/gpufake's JSON) in place of libdcgm and libnvidia-ml, for tests and gpu-check --fake.")
+	fs.StringVar(&f.hostengine, "dcgm.hostengine-address", "", "Address of a standalone nv-hostengine (host:port, or unix:///path with DCGM 4.5+); empty embeds the host engine in the agent.")
+	fs.DurationVar(&f.timeout, "gpu.timeout", 5*time.Second, "Longest a GPU read may take: a hung GPU or library answers the scrape without GPU telemetry instead of blocking it.")
+}
+
+// open opens the chosen source. A library that cannot start is not fatal:
+// the source reconnects with backoff and the agent serves everything else
+// with dra_gpu_source_up 0.
+func (f *gpuFlags) open(logger *slog.Logger, raw bool) (gpu.Source, error) {
+	opts := gpu.Options{HostEngine: f.hostengine, Timeout: f.timeout, Logger: logger, Raw: raw}
+	dcgmLib, nvmlLib := gpu.Libraries()
+	if f.fakeFile != "" {
+		m, err := gpufake.Open(f.fakeFile)
+		if err != nil {
+			return nil, err
+		}
+		dcgmLib, nvmlLib = m.Libraries()
+		f.machine = m
+		if opts.HostEngine == "" {
+			opts.HostEngine = m.Address()
+		}
+	}
+	switch f.source {
+	case gpu.SourceAuto:
+		return gpu.NewAuto(dcgmLib, nvmlLib, opts), nil
+	case gpu.SourceDCGM:
+		return gpu.NewDCGM(dcgmLib, nvmlLib, opts), nil
+	case gpu.SourceNVML:
+		return gpu.NewNVML(nvmlLib, opts), nil
+	case gpu.SourceRecorded:
+		if f.recordedFile == "" {
+			return nil, fmt.Errorf("--gpu.source=recorded needs --gpu.recorded-file")
+		}
+		return gpu.NewRecorded(f.recordedFile)
+	case gpu.SourceNone:
+		return gpu.None{}, nil
+	}
+	return nil, fmt.Errorf("--gpu.source: %q is not auto, dcgm, nvml, recorded or none", f.source)
+}
 
 // nodeFlags are the node agent's own flags.
 type nodeFlags struct {
 	nodeName      string
 	socket        string
 	socketTimeout time.Duration
-	source        string
-	recordedFile  string
-	hostengine    string
+	gpu           gpuFlags
 	procRoot      string
 	claimRefresh  time.Duration
 	kubeconfig    string
+	probeInterval time.Duration
+	devicePlugin  string
 }
 
 func (f *nodeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "Name of the node the agent runs on (default $NODE_NAME; the DaemonSet sets it from spec.nodeName).")
 	fs.StringVar(&f.socket, "kubelet.pod-resources-socket", podresources.DefaultSocket, "The kubelet's pod-resources socket (hostPath); empty disables it.")
 	fs.DurationVar(&f.socketTimeout, "kubelet.pod-resources-timeout", 5*time.Second, "Timeout of one pod-resources List call.")
-	fs.StringVar(&f.source, "gpu.source", "dcgm", "GPU telemetry source: dcgm (go-dcgm, needs libdcgm), recorded (--gpu.recorded-file) or none.")
-	fs.StringVar(&f.recordedFile, "gpu.recorded-file", "", "JSON recording of a node's GPUs for --gpu.source=recorded (tests, the demo).")
-	fs.StringVar(&f.hostengine, "dcgm.hostengine-address", "", "Address of a standalone nv-hostengine (host:port); empty embeds the host engine in the agent.")
-	fs.StringVar(&f.procRoot, "proc-root", "/proc", "The host's /proc (e.g. /host/proc): GPU processes map to pods through <root>/<pid>/cgroup; needs hostPID. Empty disables the process join.")
+	f.gpu.register(fs)
+	fs.StringVar(&f.procRoot, "proc-root", "/proc", "The host's /proc: GPU processes map to pods through <root>/<pid>/cgroup. The container's own /proc shows the host's processes only with hostPID (checked: dra_node_host_processes_visible). Empty disables the process join.")
 	fs.DurationVar(&f.claimRefresh, "claim.refresh-interval", 30*time.Second, "How often the claims of the node's pods are fetched again (also on every pod change).")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config).")
-}
-
-// gpuSource opens the chosen source. A DCGM that fails to start is not
-// fatal: the agent serves everything else with dra_gpu_source_up 0.
-func (f *nodeFlags) gpuSource() (gpu.Source, error) {
-	switch f.source {
-	case "dcgm":
-		d, err := gpu.NewDCGM(f.hostengine)
-		if err != nil {
-			return gpu.Unavailable{SourceName: "dcgm", Reason: err}, nil
-		}
-		return d, nil
-	case "recorded":
-		if f.recordedFile == "" {
-			return nil, fmt.Errorf("--gpu.source=recorded needs --gpu.recorded-file")
-		}
-		return gpu.NewRecorded(f.recordedFile)
-	case "none":
-		return gpu.None{}, nil
-	}
-	return nil, fmt.Errorf("--gpu.source: %q is not dcgm, recorded or none", f.source)
+	fs.DurationVar(&f.probeInterval, "kube.probe-interval", 15*time.Second, "How often to probe the API server's /readyz (dra_exporter_apiserver_up).")
+	registerDevicePluginResources(fs, &f.devicePlugin)
 }
 
 func node(args []string, stderr io.Writer) int {
@@ -78,9 +115,9 @@ func node(args []string, stderr io.Writer) int {
 	w.register(fs, ":9878")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: dra-exporter node [FLAGS]")
-		fmt.Fprintln(stderr, "\nThe node agent (one per GPU node): GPU telemetry (DCGM) joined to the pods, claims and ResourceSlice")
+		fmt.Fprintln(stderr, "\nThe node agent (one per GPU node): GPU telemetry (DCGM or NVML) joined to the pods, claims and ResourceSlice")
 		fmt.Fprintln(stderr, "devices that hold each GPU, from the kubelet's pod-resources API and node-scoped watches.")
-		fmt.Fprintf(stderr, "This build: DCGM %s.\n", map[bool]string{true: "available (cgo)", false: "unavailable (built without cgo)"}[gpu.DCGMAvailable])
+		fmt.Fprintf(stderr, "This build: DCGM and NVML %s.\n", map[bool]string{true: "available (cgo; the libraries load at run time)", false: "unavailable (built without cgo)"}[gpu.CGO])
 		fs.PrintDefaults()
 	}
 	if !parseFlags(fs, args, stderr) {
@@ -91,7 +128,7 @@ func node(args []string, stderr io.Writer) int {
 		logger.Error("invalid flags", "err", "--node-name (or $NODE_NAME) is required")
 		return 2
 	}
-	src, err := nf.gpuSource()
+	src, err := nf.gpu.open(logger, false)
 	if err != nil {
 		logger.Error("invalid flags", "err", err)
 		return 2
@@ -111,12 +148,14 @@ func node(args []string, stderr io.Writer) int {
 		logger.Error("kubernetes client", "err", err)
 		return 1
 	}
-	store, err := nodeagent.StartKube(ctx, client, nf.nodeName, nf.claimRefresh, logger)
+	self := nodecollector.NewSelf(kube.FetchReasons...)
+	store, err := kube.StartNode(ctx, client, self, kube.NodeOptions{Node: nf.nodeName, ClaimRefresh: nf.claimRefresh, Trimmer: objects.Trimmer{}, Logger: logger})
 	if err != nil {
 		logger.Error("start informers", "err", err)
 		return 1
 	}
-	cfg := nodeagent.Config{Node: nf.nodeName, Store: store, GPU: src, Logger: logger}
+	go kube.Probe(ctx, client.Discovery().RESTClient(), self, nf.probeInterval, logger)
+	cfg := nodeagent.Config{Node: nf.nodeName, Store: store, GPU: src, Logger: logger, DevicePluginResources: dra.ParseResources(nf.devicePlugin)}
 	if nf.socket != "" {
 		c, err := podresources.NewClient(nf.socket, nf.socketTimeout)
 		if err != nil {
@@ -133,7 +172,8 @@ func node(args []string, stderr io.Writer) int {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		collector.NewNode(agent, true),
+		nodecollector.New(agent, true),
+		self,
 		versioncollector.NewCollector("dra_exporter"),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),

@@ -330,11 +330,23 @@ func TestDefaultRender(t *testing.T) {
 	if Get(pod, "hostPID") != nil {
 		t.Error("hostPID is on by default; it is an opt-in")
 	}
-	a := args(container(t, ds))
-	for _, w := range []string{"node", "--gpu.source=dcgm", "--proc-root=", "--kubelet.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"} {
+	c := container(t, ds)
+	a := args(c)
+	for _, w := range []string{"node", "--gpu.source=auto", "--kubelet.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock"} {
 		if !slices.Contains(a, w) {
 			t.Errorf("agent args %v lack %s", a, w)
 		}
+	}
+	for _, w := range a {
+		if strings.HasPrefix(w, "--proc-root") {
+			t.Errorf("agent arg %s: the binary's default /proc is what the process join reads, with or without hostPID", w)
+		}
+	}
+	if env := envOf(c); env["NVIDIA_VISIBLE_DEVICES"] != "all" || env["NVIDIA_DRIVER_CAPABILITIES"] != "utility" {
+		t.Errorf("agent env %v: NVML needs the driver and the GPUs from the NVIDIA container runtime", env)
+	}
+	if img := Get(c, "image"); !strings.HasPrefix(fmt.Sprint(img), "ghcr.io/dra-exporter/dra-exporter-node-agent:") {
+		t.Errorf("agent image %v, want make image's dra-exporter-node-agent", img)
 	}
 	var hostPaths []any
 	for _, v := range asList(Get(pod, "volumes")) {
@@ -399,25 +411,44 @@ func TestHostPIDRender(t *testing.T) {
 	}
 	c := container(t, ds)
 	a := args(c)
-	for _, w := range []string{"--proc-root=/host/proc", "--dcgm.hostengine-address=nvidia-dcgm:5555"} {
-		if !slices.Contains(a, w) {
-			t.Errorf("args %v lack %s", a, w)
-		}
+	if !slices.Contains(a, "--dcgm.hostengine-address=nvidia-dcgm:5555") {
+		t.Errorf("args %v lack the host engine's address", a)
 	}
-	mounted := false
 	for _, m := range asList(Get(c, "volumeMounts")) {
-		if Get(m, "mountPath") == "/host/proc" && Get(m, "readOnly") == true {
-			mounted = true
+		if Get(m, "mountPath") == "/host/proc" {
+			t.Error("the host's /proc mounted: with hostPID the container's own /proc is the host's")
 		}
 	}
-	if !mounted {
-		t.Error("the host's /proc is not mounted read-only at /host/proc")
+	if env := envOf(c); env["NVIDIA_VISIBLE_DEVICES"] != "all" {
+		t.Errorf("env %v: with a standalone host engine the agent still reads NVML (processes, MIG devices)", env)
 	}
+}
+
+// The device-plugin resources are one setting of both processes.
+func TestDevicePluginResourcesRender(t *testing.T) {
+	objs := render(t, "devicePluginResources=nvidia.com/gpu\\,nvidia.com/mig-1g.10gb", "nodeAgent.gpu.source=none", "nodeAgent.runtimeClassName=nvidia")
+	for _, kind := range []string{"Deployment", "DaemonSet"} {
+		if a := args(container(t, byKind(objs, kind)[0])); !slices.Contains(a, "--device-plugin.resources=nvidia.com/gpu,nvidia.com/mig-1g.10gb") {
+			t.Errorf("%s args %v lack the device-plugin resources", kind, a)
+		}
+	}
+	ds := byKind(objs, "DaemonSet")[0]
+	if env := envOf(container(t, ds)); env["NVIDIA_VISIBLE_DEVICES"] != "" {
+		t.Errorf("--gpu.source=none asks for the GPUs: %v", env)
+	}
+	if rc := Get(ds.Obj, "spec", "template", "spec", "runtimeClassName"); rc != "nvidia" {
+		t.Errorf("runtimeClassName %v", rc)
+	}
+}
+
+func envOf(c any) map[string]string {
+	out := map[string]string{}
 	for _, e := range asList(Get(c, "env")) {
-		if Get(e, "name") == "NVIDIA_VISIBLE_DEVICES" {
-			t.Error("a standalone host engine needs no GPUs in the agent")
+		if v, ok := Get(e, "value").(string); ok {
+			out[fmt.Sprint(Get(e, "name"))] = v
 		}
 	}
+	return out
 }
 
 func TestOptionalKindsOff(t *testing.T) {

@@ -1,259 +1,576 @@
-//go:build cgo
-
 package gpu
 
 import (
-	"context"
+	"errors"
 	"fmt"
-	"sync"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
-
-	"github.com/NVIDIA/go-dcgm/pkg/dcgm"
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
-// DCGMAvailable says whether this build links go-dcgm (cgo builds do).
-const DCGMAvailable = true
+// dcgmSession is one connection to DCGM (an embedded host engine, or a
+// standalone nv-hostengine) with its groups and watches, plus NVML for
+// what DCGM does not give: MIG instances' UUIDs and the process list
+// (go-dcgm has no call that lists running processes).
+//
+// The basic fields and the profiling fields are watched in separate
+// requests, on separate entity groups for GPUs and GPU instances: when a
+// watch request fails the host engine undoes every watch of that request
+// (DcgmHostEngineHandler.cpp ~4668 and ~4691), so a profiling field that
+// cannot be watched (no CAP_SYS_ADMIN before Hopper, another client
+// holding the profiling lock) must not share a request with the basic
+// fields. Which profiling fields to ask for comes from
+// GetSupportedMetricGroups, as dcgm-exporter does (pkg/cmd/app.go
+// ~957-997, counter_config.go ~146-161).
+type dcgmSession struct {
+	lib     DCGMLib
+	nv      *nvmlView // nil: NVML unavailable
+	cleanup func()
+	opts    Options
 
-// fp64Blank is DCGM_FP64_BLANK: DCGM's "no value" for a double field; every
-// larger value is a sentinel too (not found, not supported, not permitted).
-const fp64Blank = 140737488355328.0
+	gpus      []dcgmGPU
+	instances []dcgmInstance
+	// hierarchy identifies the GPU-instance hierarchy the watches were
+	// set up for: DCGM renumbers GPU-instance entities on every MIG
+	// reconfiguration (DcgmCacheManager.cpp ~943), so a change means new
+	// groups and watches, and entities are keyed by UUID, never by
+	// entity number.
+	hierarchy string
 
-// DCGM reads field values from DCGM (embedded host engine, or a standalone
-// nv-hostengine) and the compute processes from NVML: go-dcgm v1.4611.0 has
-// no call that lists the running processes (GetProcessInfo needs a PID and
-// reports accounting, not the live list), while NVML's
-// nvmlDeviceGetComputeRunningProcesses lists PID, used memory and GPU
-// instance for every process, MIG instances included.
-type DCGM struct {
-	mu       sync.Mutex
-	cleanup  func()
-	group    dcgm.GroupHandle
-	fields   dcgm.FieldHandle
-	entities []dcgm.GroupEntityPair
-	// entity describes each DCGM entity (GPU or GPU instance).
-	entity map[dcgm.GroupEntityPair]Entity
-	nvmlOK bool
+	groups      []GroupHandle
+	fieldGroups []FieldHandle
+	gpuGroup    GroupHandle
+	instGroup   GroupHandle
+	hasInst     bool
+
+	// profFields are the profiling fields every GPU supports.
+	profFields  []FieldID
+	profStatus  GroupStatus
+	profRetryAt time.Time
+	profFG      FieldHandle
+	hasProfFG   bool
+
+	gpuFields, instFields []FieldID
 }
 
-// NewDCGM starts DCGM: embedded when hostengine is empty, otherwise
-// connected to the nv-hostengine at that address (host:port or a socket).
-// It fails when libdcgm cannot be loaded; the caller keeps serving the
-// Kubernetes series and reports the source down.
-func NewDCGM(hostengine string) (src *DCGM, err error) {
-	defer func() {
-		// go-dcgm calls into C; a broken library must not crash the agent.
-		if r := recover(); r != nil {
-			src, err = nil, fmt.Errorf("dcgm init: panic: %v", r)
-		}
-	}()
-	var cleanup func()
-	if hostengine == "" {
-		cleanup, err = dcgm.Init(dcgm.Embedded)
-	} else {
-		cleanup, err = dcgm.Init(dcgm.Standalone, hostengine, "0")
+type dcgmGPU struct {
+	id          uint
+	uuid, model string
+}
+
+type dcgmInstance struct {
+	entity, gpuID  uint
+	parentUUID     string
+	nvmlInstanceID uint
+	// dcgmName is DCGM's name of the instance's profile
+	// (DCGM_FI_DEV_NAME), used when NVML cannot name it.
+	dcgmName string
+}
+
+// errConnectionLost marks a read whose DCGM connection is gone: the
+// supervisor closes the session and connects again.
+var errConnectionLost = errors.New("DCGM connection lost")
+
+// dcgmErr wraps a DCGM error with what was being done, and marks the
+// connection errors.
+func dcgmErr(what string, err error) error {
+	if dcgmCode(err) == StConnectionNotValid {
+		return fmt.Errorf("%s: %w: %w", what, errConnectionLost, err)
 	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func openDCGMSession(lib DCGMLib, nvml NVMLLib, opts Options) (session, error) {
+	if lib == nil {
+		return nil, fmt.Errorf("dcgm: %w", ErrUnavailable)
+	}
+	cleanup, err := lib.Init(opts.HostEngine)
 	if err != nil {
 		return nil, fmt.Errorf("dcgm init: %w", err)
 	}
-	d := &DCGM{cleanup: cleanup, entity: map[dcgm.GroupEntityPair]Entity{}}
-	if err := d.discover(); err != nil {
-		cleanup()
+	s := &dcgmSession{lib: lib, cleanup: cleanup, opts: opts}
+	if s.nv, err = openNVML(nvml); err != nil {
+		opts.logger().Warn("DCGM serves without NVML", "err", err, "effect", errNoNVML.Error())
+		s.nv = nil
+	}
+	if err := s.discover(); err != nil {
+		s.close()
 		return nil, err
 	}
-	d.nvmlOK = nvml.Init() == nvml.SUCCESS
-	return d, nil
+	return s, nil
 }
 
-func (d *DCGM) discover() error {
-	gpus, err := dcgm.GetSupportedDevices()
-	if err != nil {
-		return fmt.Errorf("dcgm devices: %w", err)
+func (s *dcgmSession) name() string { return SourceDCGM }
+
+func (s *dcgmSession) close() {
+	s.unwatch()
+	if s.nv != nil {
+		s.nv.close()
 	}
-	group, err := dcgm.CreateGroup(fmt.Sprintf("dra-exporter-%d", time.Now().UnixNano()))
-	if err != nil {
-		return fmt.Errorf("dcgm group: %w", err)
+	if s.cleanup != nil {
+		s.cleanup()
+		s.cleanup = nil
 	}
-	d.group = group
-	byIndex := map[uint]Entity{}
-	for _, id := range gpus {
-		info, err := dcgm.GetDeviceInfo(id)
+}
+
+// discover reads the GPUs, which profiling fields they support, and the
+// GPU-instance hierarchy, and sets up the watches.
+func (s *dcgmSession) discover() error {
+	ids, err := s.lib.GetSupportedDevices()
+	if err != nil {
+		return dcgmErr("dcgm devices", err)
+	}
+	s.gpus = s.gpus[:0]
+	for _, id := range ids {
+		info, err := s.lib.GetDeviceInfo(id)
 		if err != nil {
-			return fmt.Errorf("dcgm device %d: %w", id, err)
+			return dcgmErr(fmt.Sprintf("dcgm device %d", id), err)
 		}
-		e := Entity{UUID: info.UUID, Product: info.Identifiers.Model, Index: int(id)}
-		pair := dcgm.GroupEntityPair{EntityGroupId: dcgm.FE_GPU, EntityId: id}
-		if err := dcgm.AddEntityToGroup(group, dcgm.FE_GPU, id); err != nil {
-			return fmt.Errorf("dcgm group add gpu %d: %w", id, err)
-		}
-		d.entities = append(d.entities, pair)
-		d.entity[pair] = e
-		byIndex[id] = e
+		s.gpus = append(s.gpus, dcgmGPU{id: id, uuid: info.UUID, model: info.Model})
 	}
-	hierarchy, err := dcgm.GetGPUInstanceHierarchy()
-	if err == nil {
-		for i := uint(0); i < hierarchy.Count; i++ {
-			h := hierarchy.EntityList[i]
-			if h.Entity.EntityGroupId != dcgm.FE_GPU_I {
-				continue
-			}
-			parent := byIndex[h.Info.NvmlGpuIndex]
-			e := Entity{
-				ParentUUID: parent.UUID, Product: parent.Product, Index: parent.Index,
-				MIG: &MIGInstance{GPUInstanceID: int(h.Info.NvmlInstanceId)},
-			}
-			if err := dcgm.AddEntityToGroup(group, dcgm.FE_GPU_I, h.Entity.EntityId); err != nil {
-				return fmt.Errorf("dcgm group add gpu instance %d: %w", h.Entity.EntityId, err)
-			}
-			d.entities = append(d.entities, h.Entity)
-			d.entity[h.Entity] = e
-		}
-	}
-	ids := make([]dcgm.Short, len(Fields))
-	for i, f := range Fields {
-		ids[i] = dcgm.Short(f.ID)
-	}
-	fg, err := dcgm.FieldGroupCreate(fmt.Sprintf("dra-exporter-%d", time.Now().UnixNano()), ids)
+	s.profFields, s.profStatus = s.supportedProfiling()
+	h, err := s.lib.GetGPUInstanceHierarchy()
 	if err != nil {
-		return fmt.Errorf("dcgm field group: %w", err)
+		return dcgmErr("dcgm GPU instance hierarchy", err)
 	}
-	d.fields = fg
-	// Once a second, keeping a minute: profiling fields need the watch.
-	if err := dcgm.WatchFieldsWithGroupEx(fg, group, int64(time.Second/time.Microsecond), 60, 0); err != nil {
-		return fmt.Errorf("dcgm watch: %w", err)
+	return s.rewatch(h)
+}
+
+// supportedProfiling returns the profiling fields of Fields that every
+// GPU supports.
+func (s *dcgmSession) supportedProfiling() ([]FieldID, GroupStatus) {
+	want := fieldIDs(func(f Field) bool { return f.Profiling })
+	st := GroupStatus{Name: GroupProfiling}
+	if len(s.gpus) == 0 {
+		st.Reason = ReasonUnsupported
+		return nil, st
+	}
+	for _, g := range s.gpus {
+		groups, err := s.lib.GetSupportedMetricGroups(g.id)
+		if err != nil {
+			st.Reason = unwatchedReason(err)
+			return nil, st
+		}
+		var supported []FieldID
+		for _, mg := range groups {
+			for _, id := range mg.FieldIDs {
+				supported = append(supported, FieldID(id))
+			}
+		}
+		want = slices.DeleteFunc(want, func(id FieldID) bool { return !slices.Contains(supported, id) })
+	}
+	if len(want) == 0 {
+		st.Reason = ReasonUnsupported
+	}
+	return want, st
+}
+
+// unwatchedReason classifies a failed profiling query or watch.
+func unwatchedReason(err error) string {
+	switch dcgmCode(err) {
+	case StNotSupported, StProfilingNotSupported, StModuleNotLoaded:
+		return ReasonUnsupported
+	case StNoPermission, StRequiresRoot:
+		return ReasonNoPermission
+	case StInUse:
+		return ReasonInUse
+	}
+	return ReasonFailed
+}
+
+func hierarchyKey(h []MigHierarchyInfo) string {
+	parts := make([]string, 0, len(h))
+	for _, e := range h {
+		parts = append(parts, fmt.Sprintf("%d:%d:%d:%d:%d:%s", e.Entity.Group, e.Entity.ID, e.Parent.Group, e.Parent.ID, e.NvmlInstanceID, e.ParentUUID))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+// unwatch destroys the session's groups and field groups (their watches
+// go with them).
+func (s *dcgmSession) unwatch() {
+	for _, g := range s.groups {
+		_ = s.lib.DestroyGroup(g)
+	}
+	for _, fg := range s.fieldGroups {
+		_ = s.lib.FieldGroupDestroy(fg)
+	}
+	s.groups, s.fieldGroups, s.hasInst, s.hasProfFG = nil, nil, false, false
+}
+
+// rewatch sets up groups and watches for the GPUs and this hierarchy's GPU
+// instances.
+func (s *dcgmSession) rewatch(h []MigHierarchyInfo) error {
+	s.unwatch()
+	s.hierarchy = hierarchyKey(h)
+	s.instances = s.instances[:0]
+	for _, e := range h {
+		if e.Entity.Group != EntityGPUInstance || e.Parent.Group != EntityGPU {
+			continue // compute instances carry nothing of their own here
+		}
+		s.instances = append(s.instances, dcgmInstance{entity: e.Entity.ID, gpuID: e.Parent.ID, parentUUID: e.ParentUUID, nvmlInstanceID: e.NvmlInstanceID})
+	}
+	stamp := strconv.FormatInt(time.Now().UnixNano(), 36)
+	var err error
+	if s.gpuGroup, err = s.newGroup("dra-exporter-gpus-"+stamp, EntityGPU, s.gpuIDs()); err != nil {
+		return err
+	}
+	if err := s.watch("dra-exporter-basic-"+stamp, gpuBasic(), s.gpuGroup); err != nil {
+		return err
+	}
+	s.gpuFields = gpuBasic()
+	s.instFields = nil
+	if len(s.instances) > 0 {
+		ids := make([]uint, len(s.instances))
+		for i, in := range s.instances {
+			ids[i] = in.entity
+		}
+		if s.instGroup, err = s.newGroup("dra-exporter-instances-"+stamp, EntityGPUInstance, ids); err != nil {
+			return err
+		}
+		s.hasInst = true
+		if err := s.watch("dra-exporter-instance-basic-"+stamp, instanceBasic(), s.instGroup); err != nil {
+			return err
+		}
+		s.instFields = instanceBasic()
+		s.nameInstances()
+	}
+	s.profStatus.Watched = false
+	if len(s.profFields) > 0 {
+		if err := s.watchProfiling(stamp); err != nil {
+			return err
+		}
+	}
+	// Wait for a first sample of every watched field (dcgmUpdateAllFields
+	// with wait=1), so that the first read is complete.
+	if err := s.lib.UpdateAllFields(); err != nil && dcgmCode(err) == StConnectionNotValid {
+		return dcgmErr("dcgm update", err)
 	}
 	return nil
 }
 
-// Name implements Source.
-func (d *DCGM) Name() string { return "dcgm" }
+func (s *dcgmSession) gpuIDs() []uint {
+	ids := make([]uint, len(s.gpus))
+	for i, g := range s.gpus {
+		ids[i] = g.id
+	}
+	return ids
+}
 
-// Read implements Source.
-func (d *DCGM) Read(context.Context) (r *Reading, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	defer func() {
-		if p := recover(); p != nil {
-			r, err = nil, fmt.Errorf("dcgm read: panic: %v", p)
-		}
-	}()
-	if len(d.entities) == 0 {
-		return &Reading{}, nil
-	}
-	ids := make([]dcgm.Short, len(Fields))
-	for i, f := range Fields {
-		ids[i] = dcgm.Short(f.ID)
-	}
-	values, err := dcgm.EntitiesGetLatestValues(d.entities, ids, 0)
+func (s *dcgmSession) newGroup(name string, eg EntityGroup, ids []uint) (GroupHandle, error) {
+	g, err := s.lib.CreateGroup(name)
 	if err != nil {
-		return nil, fmt.Errorf("dcgm latest values: %w", err)
+		return 0, dcgmErr("dcgm group", err)
 	}
-	out := map[dcgm.GroupEntityPair]*Entity{}
-	order := make([]*Entity, 0, len(d.entities))
-	for _, pair := range d.entities {
-		e := d.entity[pair]
-		e.Values = map[FieldID]float64{}
-		out[pair] = &e
-		order = append(order, &e)
+	s.groups = append(s.groups, g)
+	for _, id := range ids {
+		if err := s.lib.AddEntityToGroup(g, eg, id); err != nil {
+			return 0, dcgmErr(fmt.Sprintf("dcgm group add entity %d/%d", eg, id), err)
+		}
+	}
+	return g, nil
+}
+
+// The watch keeps samples at this frequency for a minute; ratios
+// (utilisation, profiling) cover the update period.
+const (
+	watchMaxAge     = 60.0
+	watchMaxSamples = 0
+)
+
+func (s *dcgmSession) watch(name string, ids []FieldID, group GroupHandle) error {
+	fg, err := s.lib.FieldGroupCreate(name, ids)
+	if err != nil {
+		return dcgmErr("dcgm field group", err)
+	}
+	s.fieldGroups = append(s.fieldGroups, fg)
+	if err := s.lib.WatchFieldsWithGroupEx(fg, group, s.opts.updateInterval().Microseconds(), watchMaxAge, watchMaxSamples); err != nil {
+		return dcgmErr("dcgm watch "+name, err)
+	}
+	return nil
+}
+
+// watchProfiling watches the profiling fields in requests of their own. A
+// failure leaves the basic watches in place and is reported as the
+// profiling group's status; it is tried again later (the lock's holder
+// may go away). Only a lost connection is an error.
+func (s *dcgmSession) watchProfiling(stamp string) error {
+	if !s.hasProfFG {
+		fg, err := s.lib.FieldGroupCreate("dra-exporter-profiling-"+stamp, s.profFields)
+		if err != nil {
+			return s.profilingFailed(err)
+		}
+		s.fieldGroups = append(s.fieldGroups, fg)
+		s.profFG, s.hasProfFG = fg, true
+	}
+	groups := []GroupHandle{s.gpuGroup}
+	if s.hasInst {
+		groups = append(groups, s.instGroup)
+	}
+	for _, g := range groups {
+		if err := s.lib.WatchFieldsWithGroupEx(s.profFG, g, s.opts.updateInterval().Microseconds(), watchMaxAge, watchMaxSamples); err != nil {
+			return s.profilingFailed(err)
+		}
+	}
+	s.profStatus = GroupStatus{Name: GroupProfiling, Watched: true}
+	s.gpuFields = append(gpuBasic(), s.profFields...)
+	if s.hasInst {
+		s.instFields = append(instanceBasic(), s.profFields...)
+	}
+	return nil
+}
+
+// gpuBasic are the basic fields of a GPU.
+func gpuBasic() []FieldID { return fieldIDs(func(f Field) bool { return !f.Profiling }) }
+
+// instanceBasic are the basic fields of a GPU instance: its own only, since
+// a board field on a GPU-instance entity answers the parent's value.
+func instanceBasic() []FieldID {
+	return fieldIDs(func(f Field) bool { return f.Instance && !f.Profiling })
+}
+
+// profRetry is how long an unwatched profiling group waits before it is
+// tried again.
+const profRetry = 5 * time.Minute
+
+func (s *dcgmSession) profilingFailed(err error) error {
+	if dcgmCode(err) == StConnectionNotValid {
+		return dcgmErr("dcgm profiling watch", err)
+	}
+	reason := unwatchedReason(err)
+	if s.profStatus.Reason != reason {
+		s.opts.logger().Warn("DCGM profiling fields not watched; the basic fields are", "reason", reason, "err", err)
+	}
+	s.profStatus = GroupStatus{Name: GroupProfiling, Reason: reason}
+	s.profRetryAt = s.opts.now().Add(profRetry)
+	return nil
+}
+
+// nameInstances reads DCGM's name of each instance's profile (live), the
+// fallback where NVML cannot name it.
+func (s *dcgmSession) nameInstances() {
+	pairs := make([]EntityPair, len(s.instances))
+	for i, in := range s.instances {
+		pairs[i] = EntityPair{Group: EntityGPUInstance, ID: in.entity}
+	}
+	values, err := s.lib.EntitiesGetLatestValues(pairs, []FieldID{FieldName}, FieldFlagLiveData)
+	if err != nil {
+		return
 	}
 	for _, v := range values {
-		e := out[dcgm.GroupEntityPair{EntityGroupId: v.EntityGroupId, EntityId: v.EntityID}]
-		if e == nil || v.Status != 0 {
+		if v.Status != StOK || v.Type != FieldTypeString || strings.HasPrefix(v.String, "<<<") {
 			continue
 		}
-		switch v.FieldType {
-		case dcgm.DCGM_FT_INT64:
-			if x := v.Int64(); !dcgm.IsInt64Blank(x) {
-				e.Values[FieldID(v.FieldID)] = float64(x)
-			}
-		case dcgm.DCGM_FT_DOUBLE:
-			if x := v.Float64(); x < fp64Blank {
-				e.Values[FieldID(v.FieldID)] = x
+		for i := range s.instances {
+			if s.instances[i].entity == v.Entity.ID {
+				s.instances[i].dcgmName = v.String
 			}
 		}
 	}
-	if d.nvmlOK {
-		d.addNVML(order)
+}
+
+func (s *dcgmSession) read() (*Reading, error) {
+	h, err := s.lib.GetGPUInstanceHierarchy()
+	if err != nil {
+		return nil, dcgmErr("dcgm GPU instance hierarchy", err)
 	}
-	r = &Reading{}
-	for _, e := range order {
-		if e.UUID != "" {
-			r.Entities = append(r.Entities, *e)
+	if key := hierarchyKey(h); key != s.hierarchy {
+		s.opts.logger().Info("MIG configuration changed; watching the new GPU instances", "instances", len(h))
+		if err := s.rewatch(h); err != nil {
+			s.hierarchy = "" // set up again on the next read
+			return nil, err
+		}
+	} else if !s.profStatus.Watched && len(s.profFields) > 0 && !s.opts.now().Before(s.profRetryAt) {
+		if err := s.watchProfiling(strconv.FormatInt(time.Now().UnixNano(), 36)); err != nil {
+			return nil, err
+		}
+	}
+	if s.nv != nil {
+		s.nv.refreshMIG()
+	}
+	r := &Reading{Source: SourceDCGM, Groups: []GroupStatus{{Name: GroupBasic, Watched: true}, s.profStatus}}
+	gpuPairs := make([]EntityPair, len(s.gpus))
+	for i, g := range s.gpus {
+		gpuPairs[i] = EntityPair{Group: EntityGPU, ID: g.id}
+	}
+	gpuValues, err := s.values(gpuPairs, s.gpuFields)
+	if err != nil {
+		return nil, err
+	}
+	byGPU := map[uint]*Entity{}
+	for _, g := range s.gpus {
+		e := s.gpuEntity(g, gpuValues[g.id])
+		r.Entities = append(r.Entities, e)
+		byGPU[g.id] = &r.Entities[len(r.Entities)-1]
+	}
+	if len(s.instances) > 0 {
+		pairs := make([]EntityPair, len(s.instances))
+		for i, in := range s.instances {
+			pairs[i] = EntityPair{Group: EntityGPUInstance, ID: in.entity}
+		}
+		instValues, err := s.values(pairs, s.instFields)
+		if err != nil {
+			return nil, err
+		}
+		for _, in := range s.instances {
+			parent := byGPU[in.gpuID]
+			if parent == nil {
+				continue
+			}
+			if e, ok := s.instanceEntity(in, parent, instValues[in.entity]); ok {
+				r.Entities = append(r.Entities, e)
+			}
 		}
 	}
 	return r, nil
 }
 
-// addNVML fills MIG UUIDs, profiles and placements and the process lists.
-// NVML lists a MIG-enabled GPU's processes on the parent, each with its GPU
-// instance ID.
-func (d *DCGM) addNVML(entities []*Entity) {
-	migs := map[string]map[int]*Entity{}
-	for _, e := range entities {
-		if e.MIG != nil {
-			if migs[e.ParentUUID] == nil {
-				migs[e.ParentUUID] = map[int]*Entity{}
-			}
-			migs[e.ParentUUID][e.MIG.GPUInstanceID] = e
-		}
+// values reads the latest value of fields for entities, by entity ID.
+func (s *dcgmSession) values(pairs []EntityPair, fields []FieldID) (map[uint][]FieldValue, error) {
+	if len(pairs) == 0 || len(fields) == 0 {
+		return nil, nil
 	}
-	for _, e := range entities {
-		if e.MIG != nil {
-			continue
-		}
-		dev, ret := nvml.DeviceGetHandleByUUID(e.UUID)
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		if n, ret := dev.GetMaxMigDeviceCount(); ret == nvml.SUCCESS {
-			for i := 0; i < n; i++ {
-				mig, ret := dev.GetMigDeviceHandleByIndex(i)
-				if ret != nvml.SUCCESS {
-					continue
-				}
-				gi, ret := mig.GetGpuInstanceId()
-				if ret != nvml.SUCCESS || migs[e.UUID][gi] == nil {
-					continue
-				}
-				m := migs[e.UUID][gi]
-				if uuid, ret := mig.GetUUID(); ret == nvml.SUCCESS {
-					m.UUID = uuid
-				}
-				if attrs, ret := mig.GetAttributes(); ret == nvml.SUCCESS {
-					m.MIG.Profile = fmt.Sprintf("%dg.%dgb", attrs.GpuInstanceSliceCount, (attrs.MemorySizeMB+1023)/1024)
-				}
-				if inst, ret := dev.GetGpuInstanceById(gi); ret == nvml.SUCCESS {
-					if info, ret := inst.GetInfo(); ret == nvml.SUCCESS {
-						m.MIG.PlacementStart = int(info.Placement.Start)
-					}
-				}
-			}
-		}
-		procs, ret := dev.GetComputeRunningProcesses()
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		for _, p := range procs {
-			proc := Process{PID: int(p.Pid), UsedMemoryBytes: float64(p.UsedGpuMemory)}
-			if m := migs[e.UUID][int(p.GpuInstanceId)]; m != nil && len(migs[e.UUID]) > 0 {
-				m.Processes = append(m.Processes, proc)
-				continue
-			}
-			e.Processes = append(e.Processes, proc)
-		}
+	values, err := s.lib.EntitiesGetLatestValues(pairs, fields, 0)
+	if err != nil {
+		return nil, dcgmErr("dcgm latest values", err)
 	}
+	out := make(map[uint][]FieldValue, len(pairs))
+	for _, v := range values {
+		out[v.Entity.ID] = append(out[v.Entity.ID], v)
+	}
+	return out, nil
 }
 
-// Close implements Source.
-func (d *DCGM) Close() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.nvmlOK {
-		nvml.Shutdown()
+func (s *dcgmSession) gpuEntity(g dcgmGPU, values []FieldValue) Entity {
+	e := Entity{UUID: g.uuid, Product: g.model, Index: int(g.id), Minor: -1, Values: map[FieldID]float64{}}
+	if s.nv != nil {
+		if ng := s.nv.gpu(g.uuid); ng != nil {
+			e.Index, e.Minor = ng.index, ng.minor
+			if !ng.mig {
+				e.Processes, _ = processes(ng.dev)
+			}
+		}
 	}
-	if d.cleanup != nil {
-		d.cleanup()
-		d.cleanup = nil
+	any := s.fill(&e, values, true)
+	// A lost GPU (XID 79) answers blanks with status OK
+	// (DcgmCacheManager.cpp ~10107-10111); its status says so.
+	if !any && s.lib.GetGPUStatus(g.id) == EntityStatusLost {
+		e.Lost = true
+		e.Values = map[FieldID]float64{}
 	}
-	return nil
+	return e
+}
+
+// instanceEntity names a GPU instance by the MIG device NVML lists for its
+// parent and GPU instance ID; without one (NVML unavailable, or the
+// instance was destroyed between the two reads) it has no UUID and is
+// left out.
+func (s *dcgmSession) instanceEntity(in dcgmInstance, parent *Entity, values []FieldValue) (Entity, bool) {
+	if s.nv == nil {
+		return Entity{}, false
+	}
+	ng := s.nv.gpu(parent.UUID)
+	if ng == nil {
+		return Entity{}, false
+	}
+	for _, m := range ng.instances {
+		if m.gi != int(in.nvmlInstanceID) {
+			continue
+		}
+		profile := m.profile
+		if profile == "" {
+			profile = in.dcgmName
+		}
+		e := Entity{UUID: m.uuid, ParentUUID: parent.UUID, Product: parent.Product, Index: parent.Index, Minor: parent.Minor,
+			MIG: &MIGInstance{GPUInstanceID: m.gi, Profile: profile, PlacementStart: m.placement}, Values: map[FieldID]float64{}, Lost: parent.Lost}
+		e.Processes, _ = processes(m.dev)
+		s.fill(&e, values, false)
+		if e.Lost {
+			e.Values = map[FieldID]float64{}
+		}
+		return e, true
+	}
+	return Entity{}, false
+}
+
+// fill stores the values of an entity, and reports whether any was not
+// blank. A blank (status NO_DATA, or a blank sentinel) is no value, except
+// the last XID: DCGM has no sample of it until the first XID since the
+// driver loaded (GetLatestSample, DcgmCacheManager.cpp ~5116-5126), which
+// is what 0 says. Board fields are never stored on an instance.
+func (s *dcgmSession) fill(e *Entity, values []FieldValue, gpu bool) bool {
+	any := false
+	for _, v := range values {
+		f, ok := FieldByID(v.FieldID)
+		if !ok || (!gpu && !f.Instance) {
+			continue
+		}
+		x, present := decode(v)
+		if s.opts.Raw {
+			e.Raw = append(e.Raw, rawOf(f, v))
+		}
+		if present {
+			e.Values[f.ID] = x
+			any = true
+			continue
+		}
+		if f.ID == FieldXIDErrors && (v.Status == StNoData || (v.Status == StOK && v.Int64 == Int64Blank)) {
+			e.Values[f.ID] = 0
+		}
+	}
+	return any
+}
+
+// decode returns a value that is not blank.
+func decode(v FieldValue) (float64, bool) {
+	if v.Status != StOK {
+		return 0, false
+	}
+	switch v.Type {
+	case FieldTypeInt64:
+		if v.Int64 >= Int64Blank {
+			return 0, false
+		}
+		return float64(v.Int64), true
+	case FieldTypeDouble:
+		if v.Float64 >= FP64Blank {
+			return 0, false
+		}
+		return v.Float64, true
+	}
+	return 0, false
+}
+
+var dcgmStatusNames = map[int]string{
+	StOK: "OK", StNotSupported: "NOT_SUPPORTED", StTimeout: "TIMEOUT", StNoData: "NO_DATA", StNotWatched: "NOT_WATCHED",
+	StNoPermission: "NO_PERMISSION", StGPUIsLost: "GPU_IS_LOST", StConnectionNotValid: "CONNECTION_NOT_VALID",
+	StRequiresRoot: "REQUIRES_ROOT", StInUse: "IN_USE", StProfilingNotSupported: "PROFILING_NOT_SUPPORTED",
+}
+
+func rawOf(f Field, v FieldValue) RawValue {
+	status, ok := dcgmStatusNames[v.Status]
+	if !ok {
+		status = strconv.Itoa(v.Status)
+	}
+	out := RawValue{Field: f.Name, Status: status}
+	switch v.Type {
+	case FieldTypeInt64:
+		out.Type = "int64"
+		out.Value = strconv.FormatInt(v.Int64, 10)
+		if v.Int64 >= Int64Blank {
+			out.Value = "blank(" + out.Value + ")"
+		}
+	case FieldTypeDouble:
+		out.Type = "double"
+		out.Value = strconv.FormatFloat(v.Float64, 'g', -1, 64)
+		if v.Float64 >= FP64Blank {
+			out.Value = "blank(" + out.Value + ")"
+		}
+	default:
+		out.Type = string(rune(v.Type))
+		out.Value = v.String
+	}
+	return out
 }

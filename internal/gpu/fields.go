@@ -24,6 +24,11 @@ const (
 	FieldProfDRAMActive FieldID = 1005 // DCGM_FI_PROF_DRAM_ACTIVE, ratio
 )
 
+// FieldName is DCGM_FI_DEV_NAME: on a GPU-instance entity, the name of its
+// profile (DcgmCacheManager.cpp ~10313-10334; dcgm-exporter reads it so,
+// device_info.go ~349-363).
+const FieldName FieldID = 50
+
 // Field describes a DCGM field: its name and unit as DCGM documents them,
 // and the factor that turns its value into the base unit of the metric.
 type Field struct {
@@ -31,24 +36,49 @@ type Field struct {
 	Name  string
 	Unit  string
 	Scale float64
+	// Instance marks a field a MIG instance has of its own (framebuffer,
+	// profiling). The others are the board's: DCGM answers them on a
+	// GPU-instance entity with the parent GPU's value
+	// (DcgmCacheManager.cpp ~2330-2357), so they are read on GPUs only.
+	Instance bool
+	// Profiling marks a DCGM_FI_PROF_* field: it needs DCGM's profiling
+	// module and lock, and is watched apart from the basic fields.
+	Profiling bool
 }
 
 // Fields lists every field the agent reads, in exposition order.
 var Fields = []Field{
-	{FieldGPUUtil, "DCGM_FI_DEV_GPU_UTIL", "percent", 0.01},
-	{FieldFBUsed, "DCGM_FI_DEV_FB_USED", "MiB", 1 << 20},
-	{FieldFBFree, "DCGM_FI_DEV_FB_FREE", "MiB", 1 << 20},
-	{FieldFBTotal, "DCGM_FI_DEV_FB_TOTAL", "MiB", 1 << 20},
-	{FieldPowerUsage, "DCGM_FI_DEV_POWER_USAGE", "W", 1},
-	{FieldGPUTemp, "DCGM_FI_DEV_GPU_TEMP", "°C", 1},
-	{FieldSMClock, "DCGM_FI_DEV_SM_CLOCK", "MHz", 1e6},
-	{FieldXIDErrors, "DCGM_FI_DEV_XID_ERRORS", "XID code", 1},
-	{FieldECCSBEVolTotal, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "errors", 1},
-	{FieldECCDBEVolTotal, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "errors", 1},
-	{FieldProfGrEngine, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "ratio", 1},
-	{FieldProfSMActive, "DCGM_FI_PROF_SM_ACTIVE", "ratio", 1},
-	{FieldProfTensor, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "ratio", 1},
-	{FieldProfDRAMActive, "DCGM_FI_PROF_DRAM_ACTIVE", "ratio", 1},
+	{ID: FieldGPUUtil, Name: "DCGM_FI_DEV_GPU_UTIL", Unit: "percent", Scale: 0.01},
+	{ID: FieldFBUsed, Name: "DCGM_FI_DEV_FB_USED", Unit: "MiB", Scale: 1 << 20, Instance: true},
+	{ID: FieldFBFree, Name: "DCGM_FI_DEV_FB_FREE", Unit: "MiB", Scale: 1 << 20, Instance: true},
+	{ID: FieldFBTotal, Name: "DCGM_FI_DEV_FB_TOTAL", Unit: "MiB", Scale: 1 << 20, Instance: true},
+	{ID: FieldPowerUsage, Name: "DCGM_FI_DEV_POWER_USAGE", Unit: "W", Scale: 1},
+	{ID: FieldGPUTemp, Name: "DCGM_FI_DEV_GPU_TEMP", Unit: "°C", Scale: 1},
+	{ID: FieldSMClock, Name: "DCGM_FI_DEV_SM_CLOCK", Unit: "MHz", Scale: 1e6},
+	{ID: FieldXIDErrors, Name: "DCGM_FI_DEV_XID_ERRORS", Unit: "XID code", Scale: 1},
+	{ID: FieldECCSBEVolTotal, Name: "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", Unit: "errors", Scale: 1},
+	{ID: FieldECCDBEVolTotal, Name: "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", Unit: "errors", Scale: 1},
+	{ID: FieldProfGrEngine, Name: "DCGM_FI_PROF_GR_ENGINE_ACTIVE", Unit: "ratio", Scale: 1, Instance: true, Profiling: true},
+	{ID: FieldProfSMActive, Name: "DCGM_FI_PROF_SM_ACTIVE", Unit: "ratio", Scale: 1, Instance: true, Profiling: true},
+	{ID: FieldProfTensor, Name: "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", Unit: "ratio", Scale: 1, Instance: true, Profiling: true},
+	{ID: FieldProfDRAMActive, Name: "DCGM_FI_PROF_DRAM_ACTIVE", Unit: "ratio", Scale: 1, Instance: true, Profiling: true},
+}
+
+// fieldIDs returns the IDs of the fields that pass keep.
+func fieldIDs(keep func(Field) bool) []FieldID {
+	var out []FieldID
+	for _, f := range Fields {
+		if keep(f) {
+			out = append(out, f.ID)
+		}
+	}
+	return out
+}
+
+// boardField reports whether id is a field of the whole board.
+func boardField(id FieldID) bool {
+	f, ok := FieldByID(id)
+	return ok && !f.Instance
 }
 
 // FieldByName finds a field by its DCGM name.

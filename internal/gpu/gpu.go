@@ -1,6 +1,8 @@
-// Package gpu reads GPU telemetry and GPU processes from a source: DCGM on
-// a GPU node (cgo builds), a recorded file in tests and the demo, or
-// nothing. It knows DCGM field IDs and units, not Kubernetes.
+// Package gpu reads GPU telemetry and GPU processes: from DCGM (field
+// values, profiling included) or NVML alone (the basic fields), both
+// through the narrow library interfaces of lib.go, from a recorded file
+// (tests, the demo), or nothing. It knows DCGM field IDs and units and the
+// libraries' behaviour, not Kubernetes.
 package gpu
 
 import (
@@ -10,7 +12,7 @@ import (
 
 // Source reads the GPUs of one node.
 type Source interface {
-	// Name is the source's value of dra_gpu_source_up{source}.
+	// Name is the configured source (auto, dcgm, nvml, recorded, none).
 	Name() string
 	// Read returns the GPUs and MIG instances with their latest values.
 	Read(ctx context.Context) (*Reading, error)
@@ -19,12 +21,42 @@ type Source interface {
 }
 
 // ErrUnavailable is returned by a source that this build or machine cannot
-// provide (a non-cgo build, libdcgm missing).
+// provide (a non-cgo build, a library missing).
 var ErrUnavailable = errors.New("GPU source unavailable")
 
 // Reading is one read of every GPU entity of the node.
 type Reading struct {
+	// Source is the source that served the read (dcgm, nvml, recorded):
+	// with --gpu.source=auto, the one that could start.
+	Source   string
 	Entities []Entity
+	// Groups says which field groups are watched (DCGM: basic and
+	// profiling; NVML: basic).
+	Groups []GroupStatus
+}
+
+// Field groups.
+const (
+	GroupBasic     = "basic"
+	GroupProfiling = "profiling"
+)
+
+// Why a field group is not watched: a closed set.
+const (
+	ReasonUnsupported  = "unsupported"   // the GPUs or the source have no such fields (NVML has no profiling)
+	ReasonNoPermission = "no_permission" // DCGM refused: profiling needs CAP_SYS_ADMIN before Hopper
+	ReasonInUse        = "in_use"        // another DCGM client holds the profiling lock
+	ReasonFailed       = "failed"        // any other error
+)
+
+// UnwatchedReasons lists the reasons of an unwatched field group.
+var UnwatchedReasons = []string{ReasonUnsupported, ReasonNoPermission, ReasonInUse, ReasonFailed}
+
+// GroupStatus is whether a field group is watched; Reason says why not.
+type GroupStatus struct {
+	Name    string
+	Watched bool
+	Reason  string
 }
 
 // Entity is a GPU or a MIG instance, each with its own UUID.
@@ -36,23 +68,35 @@ type Entity struct {
 	Product    string
 	// Index is the GPU's NVML index (the parent's for a MIG instance).
 	Index int
+	// Minor is the GPU's minor number (/dev/nvidia<minor>), -1 unknown.
+	Minor int
 	// MIG identifies a MIG instance; nil for a GPU.
 	MIG *MIGInstance
-	// Values holds the latest value of each field DCGM returned, in
-	// DCGM's own unit (see Fields); a field DCGM has no value for is absent.
+	// Values holds the latest value of each field, in DCGM's own unit
+	// (see Fields); a field without a value is absent. A MIG instance
+	// holds only its own fields (framebuffer, profiling), never the
+	// board's.
 	Values map[FieldID]float64
 	// Processes are the compute processes on this entity. For a GPU with
 	// MIG enabled they are listed on its instances.
 	Processes []Process
+	// Lost: the GPU fell off the bus (XID 79) or is otherwise gone; a MIG
+	// instance of a lost GPU is lost too.
+	Lost bool
+	// Raw holds every field as the library answered it, blanks and
+	// errors included (only when the source was asked for it: gpu-check).
+	Raw []RawValue
 }
 
 // MIGInstance names a MIG GPU instance.
 type MIGInstance struct {
 	GPUInstanceID int
-	// Profile is the placement's profile, as the DRA driver writes it
-	// (e.g. 1g.10gb).
+	// Profile is the instance's profile as the driver names it (NVML's
+	// GPU instance profile name, "1g.10gb+me"), which is what the DRA
+	// driver publishes as the device's profile attribute.
 	Profile string
-	// PlacementStart is the first memory slice of the instance.
+	// PlacementStart is the first memory slice of the instance; -1 when
+	// unknown (NVML gives it to privileged callers only).
 	PlacementStart int
 }
 
@@ -60,4 +104,15 @@ type MIGInstance struct {
 type Process struct {
 	PID             int
 	UsedMemoryBytes float64
+	// MemoryUnknown: the driver reported NVML_VALUE_NOT_AVAILABLE.
+	MemoryUnknown bool
+}
+
+// RawValue is one field of one entity as the library returned it.
+type RawValue struct {
+	Field string `json:"field"`
+	// Type is DCGM's field type (int64, double, string) or NVML's call.
+	Type   string `json:"type"`
+	Status string `json:"status"`
+	Value  string `json:"value"`
 }

@@ -18,8 +18,10 @@ type Recording struct {
 
 // RecordedGPU is one GPU and its MIG instances.
 type RecordedGPU struct {
-	UUID      string             `json:"uuid"`
-	Index     int                `json:"index"`
+	UUID  string `json:"uuid"`
+	Index int    `json:"index"`
+	// Minor is the GPU's minor number; absent, the index.
+	Minor     *int               `json:"minor,omitempty"`
 	Product   string             `json:"product"`
 	Fields    map[string]float64 `json:"fields,omitempty"`
 	Processes []RecordedProcess  `json:"processes,omitempty"`
@@ -61,14 +63,18 @@ func ReadRecording(path string) (*Recording, error) {
 // Reading converts the recording; an unknown field name is an error, so
 // that a typo cannot silently drop a series.
 func (r *Recording) Reading() (*Reading, error) {
-	out := &Reading{}
+	out := &Reading{Source: SourceRecorded}
 	for _, g := range r.GPUs {
 		values, err := fieldValues(g.Fields)
 		if err != nil {
 			return nil, fmt.Errorf("gpu %s: %w", g.UUID, err)
 		}
+		minor := g.Index
+		if g.Minor != nil {
+			minor = *g.Minor
+		}
 		out.Entities = append(out.Entities, Entity{
-			UUID: g.UUID, Product: g.Product, Index: g.Index, Values: values, Processes: processes(g.Processes),
+			UUID: g.UUID, Product: g.Product, Index: g.Index, Minor: minor, Values: values, Processes: recordedProcesses(g.Processes),
 		})
 		for _, m := range g.MIG {
 			values, err := fieldValues(m.Fields)
@@ -76,9 +82,9 @@ func (r *Recording) Reading() (*Reading, error) {
 				return nil, fmt.Errorf("mig %s: %w", m.UUID, err)
 			}
 			out.Entities = append(out.Entities, Entity{
-				UUID: m.UUID, ParentUUID: g.UUID, Product: g.Product, Index: g.Index,
+				UUID: m.UUID, ParentUUID: g.UUID, Product: g.Product, Index: g.Index, Minor: minor,
 				MIG:    &MIGInstance{GPUInstanceID: m.GPUInstanceID, Profile: m.Profile, PlacementStart: m.PlacementStart},
-				Values: values, Processes: processes(m.Processes),
+				Values: values, Processes: recordedProcesses(m.Processes),
 			})
 		}
 	}
@@ -97,10 +103,10 @@ func fieldValues(in map[string]float64) (map[FieldID]float64, error) {
 	return out, nil
 }
 
-func processes(in []RecordedProcess) []Process {
+func recordedProcesses(in []RecordedProcess) []Process {
 	var out []Process
 	for _, p := range in {
-		out = append(out, Process(p))
+		out = append(out, Process{PID: p.PID, UsedMemoryBytes: p.UsedMemoryBytes})
 	}
 	return out
 }
@@ -120,7 +126,7 @@ func NewRecorded(path string) (*Recorded, error) {
 }
 
 // Name implements Source.
-func (r *Recorded) Name() string { return "recorded" }
+func (r *Recorded) Name() string { return SourceRecorded }
 
 // Read implements Source.
 func (r *Recorded) Read(context.Context) (*Reading, error) {
@@ -139,7 +145,7 @@ func (r *Recorded) Close() error { return nil }
 type None struct{ Reason error }
 
 // Name implements Source.
-func (n None) Name() string { return "none" }
+func (n None) Name() string { return SourceNone }
 
 // Read implements Source.
 func (n None) Read(context.Context) (*Reading, error) {
@@ -152,8 +158,8 @@ func (n None) Read(context.Context) (*Reading, error) {
 // Close implements Source.
 func (n None) Close() error { return nil }
 
-// Unavailable is a source that failed to start (libdcgm missing, DCGM
-// failing): it keeps its name, so dra_gpu_source_up{source="dcgm"} reads 0.
+// Unavailable is a source that cannot start in this build: it keeps its
+// name, so dra_gpu_source_up{source="dcgm"} reads 0.
 type Unavailable struct {
 	SourceName string
 	Reason     error

@@ -9,9 +9,9 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
 
+	"github.com/dra-exporter/dra-exporter/internal/dra"
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
@@ -22,14 +22,7 @@ func newClaim(obj *resourceapi.ResourceClaim) *Claim {
 		UID:      obj.UID,
 		Extended: obj.Annotations[resourceapi.ExtendedResourceClaimAnnotation] == "true",
 	}
-	if ref := metav1.GetControllerOfNoCopy(obj); ref != nil {
-		switch {
-		case ref.Kind == "Pod" && ref.APIVersion == "v1":
-			c.OwnerPod = &Owner{Name: ref.Name, UID: ref.UID}
-		case ref.Kind == "PodGroup" && strings.HasPrefix(ref.APIVersion, "scheduling.k8s.io/"):
-			c.OwnerGroup = &Owner{Name: ref.Name, UID: ref.UID}
-		}
-	}
+	c.OwnerPod, c.OwnerGroup = dra.Owners(obj)
 	c.Requests = requestClasses(obj.Spec.Devices.Requests)
 	alloc := obj.Status.Allocation
 	if alloc == nil {

@@ -344,7 +344,7 @@ func (ix *Index) reachedStages(p *Pod) []string {
 	var out []string
 	lane := ix.podLane(p)
 	if lane == LaneDRA || lane == LaneDRAExtended {
-		claims := resolvePodClaims(ix, p)
+		claims := resolvePodClaims((*indexClaims)(ix), p)
 		created, allocated := len(claims) > 0, len(claims) > 0
 		for _, pc := range claims {
 			created = created && pc.Claim != nil

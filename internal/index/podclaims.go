@@ -1,9 +1,10 @@
 package index
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/dra-exporter/dra-exporter/internal/dra"
 )
 
 // Lanes name the ways a pod gets a GPU.
@@ -13,118 +14,39 @@ const (
 	LaneDevicePlugin = "device-plugin"
 )
 
-// PodClaim is one claim a pod depends on, resolved.
-type PodClaim struct {
-	// Name is the entry in pod.spec.resourceClaims; empty for the claim
-	// the scheduler made for the pod's extended-resource requests.
-	Name string
-	// Template is the ResourceClaimTemplate the claim is generated from.
-	Template string
-	// ClaimName is the claim's name when known (named, or recorded in the
-	// pod status, or found through its owner reference).
-	ClaimName string
-	// Claim is the claim object, nil when it does not exist.
-	Claim *Claim
-}
+// PodClaim is one claim a pod depends on, resolved (the shared DRA model's,
+// over the index's claims: Claim is nil when the claim does not exist).
+type PodClaim = dra.PodClaim[*Claim]
 
-type claimSource interface {
-	claimByKey(Key) *Claim
-	claimsOwnedBy(types.UID) []*Claim
-	claimsOfGroup(Key) []*Claim
-}
+// snapshotClaims and indexClaims let the shared resolution read a
+// snapshot's or the live index's claims; pointer-shaped, they cost no
+// allocation as a dra.Claims.
+type (
+	snapshotClaims Snapshot
+	indexClaims    Index
+)
 
-// resolvePodClaims returns the claims a pod depends on, in spec order, then
-// the extended-resource claim. Template entries the controller decided need
-// no claim are left out.
-func resolvePodClaims(src claimSource, p *Pod) []PodClaim {
-	pod := p.Obj
-	out := make([]PodClaim, 0, len(pod.Spec.ResourceClaims)+1)
-	for _, rc := range pod.Spec.ResourceClaims {
-		pc := PodClaim{Name: rc.Name}
-		switch {
-		case rc.ResourceClaimName != nil:
-			pc.ClaimName = *rc.ResourceClaimName
-		case rc.ResourceClaimTemplateName != nil:
-			pc.Template = *rc.ResourceClaimTemplateName
-			status, recorded := claimStatus(pod, rc.Name)
-			if recorded && status.ResourceClaimName == nil {
-				continue // generating a claim was not necessary
-			}
-			if recorded {
-				pc.ClaimName = *status.ResourceClaimName
-			} else if c := generatedClaim(src, p, rc.Name); c != nil {
-				// The controller created the claim but has not yet
-				// recorded it in the pod status.
-				pc.ClaimName = c.Key.Name
-			} else if c := groupClaim(src, p, rc.Name); c != nil {
-				// A claim generated for the pod's PodGroup.
-				pc.ClaimName = c.Key.Name
-			}
-		default:
-			continue // invalid entry; the API server rejects it
-		}
-		if pc.ClaimName != "" {
-			pc.Claim = src.claimByKey(Key{pod.Namespace, pc.ClaimName})
-			if pc.Claim != nil && pc.Template != "" && !ownedByPod(pc.Claim, p) {
-				// A claim of that name exists but belongs to another
-				// pod (a previous incarnation): not this pod's claim.
-				pc.Claim = nil
-			}
-		}
-		out = append(out, pc)
-	}
-	if st := pod.Status.ExtendedResourceClaimStatus; st != nil && st.ResourceClaimName != "" {
-		out = append(out, PodClaim{ClaimName: st.ResourceClaimName, Claim: src.claimByKey(Key{pod.Namespace, st.ResourceClaimName})})
-	} else {
-		for _, c := range src.claimsOwnedBy(pod.UID) {
-			if c.Extended {
-				out = append(out, PodClaim{ClaimName: c.Key.Name, Claim: c})
-			}
-		}
-	}
-	return out
+func (l *snapshotClaims) Claim(namespace, name string) *Claim {
+	return (*Snapshot)(l).claimByKey(Key{namespace, name})
 }
-
-func claimStatus(pod *corev1.Pod, name string) (corev1.PodResourceClaimStatus, bool) {
-	for _, s := range pod.Status.ResourceClaimStatuses {
-		if s.Name == name {
-			return s, true
-		}
-	}
-	return corev1.PodResourceClaimStatus{}, false
+func (l *snapshotClaims) OwnedBy(uid types.UID) []*Claim { return (*Snapshot)(l).claimsOwnedBy(uid) }
+func (l *snapshotClaims) OfGroup(namespace, group string) []*Claim {
+	return (*Snapshot)(l).claimsOfGroup(Key{namespace, group})
 }
+func (l *snapshotClaims) Object(c *Claim) *resourceapi.ResourceClaim { return c.Obj }
 
-// ownedByPod reports whether a generated claim belongs to the pod: the pod
-// owns it, or the PodGroup the pod belongs to does.
-func ownedByPod(c *Claim, p *Pod) bool {
-	if c.OwnerPod != nil {
-		return c.OwnerPod.UID == p.UID
-	}
-	return c.OwnerGroup != nil && c.OwnerGroup.Name == p.Group()
+func (l *indexClaims) Claim(namespace, name string) *Claim {
+	return (*Index)(l).claimByKey(Key{namespace, name})
 }
-
-// groupClaim finds the claim generated for the pod's PodGroup from the same
-// pod claim entry (the Pod and its PodGroup use the same entry names).
-func groupClaim(src claimSource, p *Pod, podClaimName string) *Claim {
-	group := p.Group()
-	if group == "" {
-		return nil
-	}
-	for _, c := range src.claimsOfGroup(Key{p.Key.Namespace, group}) {
-		if c.Obj.Annotations[resourceapi.PodResourceClaimAnnotation] == podClaimName {
-			return c
-		}
-	}
-	return nil
+func (l *indexClaims) OwnedBy(uid types.UID) []*Claim { return (*Index)(l).claimsOwnedBy(uid) }
+func (l *indexClaims) OfGroup(namespace, group string) []*Claim {
+	return (*Index)(l).claimsOfGroup(Key{namespace, group})
 }
+func (l *indexClaims) Object(c *Claim) *resourceapi.ResourceClaim { return c.Obj }
 
-func generatedClaim(src claimSource, p *Pod, podClaimName string) *Claim {
-	for _, c := range src.claimsOwnedBy(p.UID) {
-		if c.Obj.Annotations[resourceapi.PodResourceClaimAnnotation] == podClaimName {
-			return c
-		}
-	}
-	return nil
+// resolvePodClaims returns the claims a pod depends on (dra.PodClaims).
+func resolvePodClaims(src dra.Claims[*Claim], p *Pod) []PodClaim {
+	return dra.PodClaims(src, p.Obj)
 }
 
 // podLane returns the lane that serves the pod's GPUs, or "" when the pod

@@ -463,7 +463,9 @@ func (s *Snapshot) Node(name string) *Node { return s.nodesByName[name] }
 func (s *Snapshot) ClassDevices(class string) []*Device { return s.classDevices[class] }
 
 // ResolvePodClaims returns the claims a pod depends on (see PodClaim).
-func (s *Snapshot) ResolvePodClaims(p *Pod) []PodClaim { return resolvePodClaims(s, p) }
+func (s *Snapshot) ResolvePodClaims(p *Pod) []PodClaim {
+	return resolvePodClaims((*snapshotClaims)(s), p)
+}
 
 func (s *Snapshot) claimByKey(k Key) *Claim { return s.claimsByKey[k] }
 

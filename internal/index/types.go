@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dra-exporter/dra-exporter/internal/devattr"
+	"github.com/dra-exporter/dra-exporter/internal/dra"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
@@ -164,11 +165,8 @@ func (c *Claim) ClassOf(request string) string {
 	return c.Requests[i].Class
 }
 
-// Owner is a controlling pod owner reference.
-type Owner struct {
-	Name string
-	UID  types.UID
-}
+// Owner is a controlling owner reference (dra.Owner).
+type Owner = dra.Owner
 
 // Result is one allocated device of a claim.
 type Result struct {
@@ -190,33 +188,11 @@ type Result struct {
 func (c *Claim) Allocated() bool { return c.Obj.Status.Allocation != nil }
 
 // ReservedFor reports whether the claim is reserved for the pod UID.
-func (c *Claim) ReservedFor(uid types.UID) bool {
-	for _, r := range c.Obj.Status.ReservedFor {
-		if r.UID == uid {
-			return true
-		}
-	}
-	return false
-}
+func (c *Claim) ReservedFor(uid types.UID) bool { return dra.ReservedFor(c.Obj, uid) }
 
 // ReservedForPod reports whether the claim is reserved for the pod, itself
-// or through the PodGroup it belongs to (the scheduler reserves a group's
-// claim for the group).
-func (c *Claim) ReservedForPod(p *Pod) bool {
-	if c.ReservedFor(p.UID) {
-		return true
-	}
-	group := p.Group()
-	if group == "" {
-		return false
-	}
-	for _, r := range c.Obj.Status.ReservedFor {
-		if r.Resource == "podgroups" && r.Name == group {
-			return true
-		}
-	}
-	return false
-}
+// or through the PodGroup it belongs to (dra.ReservedForPod).
+func (c *Claim) ReservedForPod(p *Pod) bool { return dra.ReservedForPod(c.Obj, p.Obj) }
 
 // Classes returns the distinct device classes of the claim's requests, sorted.
 func (c *Claim) Classes() []string {
@@ -271,12 +247,7 @@ func (p *Pod) Priority() int32 {
 }
 
 // Group returns the name of the PodGroup the pod belongs to, "" when none.
-func (p *Pod) Group() string {
-	if g := p.Obj.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
-		return *g.PodGroupName
-	}
-	return ""
-}
+func (p *Pod) Group() string { return dra.Group(p.Obj) }
 
 // Terminal reports whether the pod has finished.
 func (p *Pod) Terminal() bool {

@@ -89,13 +89,7 @@ type Informers struct {
 // Start creates the informers, starts them, and returns without waiting for
 // their initial lists.
 func Start(ctx context.Context, client kubernetes.Interface, sink Sink, rec Recorder, opts Options) (*Informers, error) {
-	transform := func(obj any) (any, error) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			tomb.Obj = opts.Trimmer.Trim(tomb.Obj)
-			return tomb, nil
-		}
-		return opts.Trimmer.Trim(obj), nil
-	}
+	transform := trimTransform(opts.Trimmer)
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(transform))
 	// Only Warning events about pods carry DRA evidence.
 	eventFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(transform),

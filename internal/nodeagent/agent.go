@@ -10,15 +10,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/dra-exporter/dra-exporter/internal/dra"
 	"github.com/dra-exporter/dra-exporter/internal/gpu"
+	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/podresources"
 	"github.com/dra-exporter/dra-exporter/internal/procmap"
 )
 
-// Store is the node's view of the API server.
+// Store is the node's view of the API server, trimmed as the informers
+// trim (internal/objects).
 type Store interface {
 	Pods() []*corev1.Pod
-	Slices() []*resourceapi.ResourceSlice
+	Slices() []*objects.Slice
 	// Claims returns the cached claims by ClaimKey.
 	Claims() map[string]*resourceapi.ResourceClaim
 	// Want asks the store to fetch and keep these claims (ClaimKey) too:
@@ -41,8 +44,9 @@ type Config struct {
 	// Proc nil: process mapping disabled.
 	Proc   *procmap.Mapper
 	Logger *slog.Logger
-	// DevicePluginPrefix selects device-plugin GPU resources (default nvidia.com/).
-	DevicePluginPrefix string
+	// DevicePluginResources are the device-plugin GPU resources
+	// (--device-plugin.resources).
+	DevicePluginResources dra.Resources
 }
 
 // Step is the outcome of one part of a gather, for the scrape self-metrics.
@@ -58,6 +62,7 @@ type Agent struct {
 
 	mu      sync.Mutex
 	lastErr map[string]string
+	last    *gpu.Reading
 	// slices keeps the last ResourceSlices of a pool the API lost for a
 	// while (the kubelet wipes them when it starts).
 	slices sliceMemory
@@ -77,13 +82,17 @@ func New(cfg Config) *Agent {
 // Gather reads every source once and joins. A failing source is logged
 // when its error changes (not on every scrape) and leaves its part out.
 func (a *Agent) Gather(ctx context.Context) (*View, []Step) {
-	in := Inputs{Node: a.cfg.Node, Source: a.cfg.GPU.Name(), DevicePluginPrefix: a.cfg.DevicePluginPrefix}
+	in := Inputs{Node: a.cfg.Node, DevicePluginResources: a.cfg.DevicePluginResources}
 	var steps []Step
 
 	start := time.Now()
 	reading, err := safeRead(ctx, a.cfg.GPU)
-	a.report("gpu", err, "source", a.cfg.GPU.Name())
+	in.Source = a.cfg.GPU.Name()
+	a.report("gpu", err, "source", in.Source)
 	in.GPU = reading
+	a.mu.Lock()
+	a.last = reading
+	a.mu.Unlock()
 	steps = append(steps, Step{Name: "gpu", Duration: time.Since(start), OK: err == nil})
 
 	start = time.Now()
@@ -135,6 +144,13 @@ func (a *Agent) Gather(ctx context.Context) (*View, []Step) {
 	v := Join(in)
 	steps = append(steps, Step{Name: "join", Duration: time.Since(start), OK: true})
 	return v, steps
+}
+
+// LastReading returns the GPU source's last reading (nil when it failed).
+func (a *Agent) LastReading() *gpu.Reading {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last
 }
 
 // safeRead shields the agent from a source that panics (C bindings).

@@ -2,22 +2,30 @@ package nodeagent
 
 import (
 	"fmt"
+	"maps"
+	"regexp"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/dra-exporter/dra-exporter/internal/devattr"
+	"github.com/dra-exporter/dra-exporter/internal/dra"
 	"github.com/dra-exporter/dra-exporter/internal/gpu"
+	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/podresources"
 )
 
 // Inputs is everything the node knows at one scrape.
 type Inputs struct {
 	Node string
-	// Pods, Slices: the node's, from node-scoped watches.
+	// Pods, Slices: the node's, from node-scoped watches (trimmed as the
+	// informers trim them).
 	Pods   []*corev1.Pod
-	Slices []*resourceapi.ResourceSlice
+	Slices []*objects.Slice
 	// Claims of the node's pods (and of what the kubelet reports), by
 	// namespace/name; a name the API does not know is absent.
 	Claims map[string]*resourceapi.ResourceClaim
@@ -32,13 +40,13 @@ type Inputs struct {
 	PodOfPID map[int]string
 	// ProcVisible: the host's processes are visible under the proc root.
 	ProcVisible bool
-	// DevicePluginPrefix selects the kubelet's device-plugin resources that
-	// are GPUs (nvidia.com/ covers nvidia.com/gpu and MIG resources).
-	DevicePluginPrefix string
+	// DevicePluginResources are the kubelet's device-plugin resources
+	// that are GPUs (--device-plugin.resources, as the exporter reads it).
+	DevicePluginResources dra.Resources
 }
 
 // ClaimKey is the key of Inputs.Claims.
-func ClaimKey(namespace, name string) string { return namespace + "/" + name }
+func ClaimKey(namespace, name string) string { return dra.ClaimKey(namespace, name) }
 
 type sliceDevice struct {
 	DeviceRef
@@ -49,8 +57,11 @@ type sliceDevice struct {
 // give fewer series, not an error.
 func Join(in Inputs) *View {
 	v := &View{Node: in.Node, Source: in.Source, SourceUp: in.GPU != nil, PodResourcesUp: in.Kubelet != nil, ProcVisible: in.ProcVisible}
-	if in.DevicePluginPrefix == "" {
-		in.DevicePluginPrefix = "nvidia.com/"
+	if in.GPU != nil {
+		v.Groups = in.GPU.Groups
+		if in.GPU.Source != "" {
+			v.Source = in.GPU.Source
+		}
 	}
 	devices := newestDevices(in.Slices)
 	byRef := map[DeviceRef]*sliceDevice{}
@@ -64,7 +75,9 @@ func Join(in Inputs) *View {
 	pods := map[string]*corev1.Pod{}
 	podsByName := map[string]*corev1.Pod{}
 	for _, p := range in.Pods {
-		if p == nil || p.Spec.NodeName != in.Node {
+		// The watch selects the node's pods; a trimmed pod that uses no
+		// GPU keeps no node name.
+		if p == nil || (p.Spec.NodeName != "" && p.Spec.NodeName != in.Node) {
 			continue
 		}
 		pods[string(p.UID)] = p
@@ -78,6 +91,7 @@ func Join(in Inputs) *View {
 	}
 	entityRef := map[string]DeviceRef{}
 	matched := map[DeviceRef]bool{}
+	heldDevices := heldRefs(in)
 	for _, e := range entities {
 		if d := byUUID[e.UUID]; d != nil {
 			entityRef[e.UUID] = d.DeviceRef
@@ -88,7 +102,7 @@ func Join(in Inputs) *View {
 		if _, ok := entityRef[e.UUID]; ok || e.MIG == nil {
 			continue
 		}
-		if d := matchDynamicMIG(e, devices, matched); d != nil {
+		if d := matchDynamicMIG(e, devices, matched, heldDevices); d != nil {
 			entityRef[e.UUID] = d.DeviceRef
 			matched[d.DeviceRef] = true
 			// A dynamic-MIG slice device has no uuid: the source's
@@ -98,10 +112,11 @@ func Join(in Inputs) *View {
 		}
 	}
 
-	apiHolders, apiDevices := apiHolders(in, pods, byRef)
+	claims := dra.NewClaimSet(in.Claims)
+	apiHolders, apiDevices := apiHolders(in, pods, claims, byRef)
 	var kubeletDRA, devicePlugin []Holder
 	if in.Kubelet != nil {
-		kubeletDRA, devicePlugin = kubeletHolders(in, podsByName, byRef)
+		kubeletDRA, devicePlugin = kubeletHolders(in, podsByName, byRef, entities)
 	}
 	if in.Kubelet != nil {
 		dyn := in.Kubelet.Dynamic
@@ -109,11 +124,11 @@ func Join(in Inputs) *View {
 			v.Dynamic = &dyn
 		}
 	}
-	dra := apiHolders
+	draHolders := apiHolders
 	if in.Kubelet != nil && in.Kubelet.Dynamic {
-		dra = kubeletDRA
+		draHolders = kubeletDRA
 	}
-	v.Holders = dedupeHolders(append(append([]Holder{}, dra...), devicePlugin...))
+	v.Holders = dedupeHolders(append(append([]Holder{}, draHolders...), devicePlugin...))
 	held := map[string][]Holder{}
 	for _, h := range v.Holders {
 		if h.GPUUUID != "" {
@@ -165,7 +180,7 @@ func Join(in Inputs) *View {
 }
 
 // newestDevices returns the devices of each pool's newest generation.
-func newestDevices(slices []*resourceapi.ResourceSlice) []*sliceDevice {
+func newestDevices(slices []*objects.Slice) []*sliceDevice {
 	newest := map[string]int64{}
 	for _, s := range slices {
 		k := s.Spec.Driver + "/" + s.Spec.Pool.Name
@@ -178,13 +193,14 @@ func newestDevices(slices []*resourceapi.ResourceSlice) []*sliceDevice {
 		if s.Spec.Pool.Generation != newest[s.Spec.Driver+"/"+s.Spec.Pool.Name] {
 			continue
 		}
-		for _, d := range s.Spec.Devices {
+		for i, d := range s.Spec.Devices {
+			attrs := s.Attributes[i]
 			out = append(out, &sliceDevice{
 				DeviceRef:  DeviceRef{Driver: s.Spec.Driver, Pool: s.Spec.Pool.Name, Device: d.Name},
-				uuid:       stringAttr(d, s.Spec.Driver, "uuid"),
-				parentUUID: stringAttr(d, s.Spec.Driver, "parentUUID"),
-				profile:    stringAttr(d, s.Spec.Driver, "profile"),
-				product:    stringAttr(d, s.Spec.Driver, "productName"),
+				uuid:       stringAttr(attrs, s.Spec.Driver, "uuid"),
+				parentUUID: stringAttr(attrs, s.Spec.Driver, "parentUUID"),
+				profile:    stringAttr(attrs, s.Spec.Driver, "profile"),
+				product:    stringAttr(attrs, s.Spec.Driver, "productName"),
 			})
 		}
 	}
@@ -192,9 +208,9 @@ func newestDevices(slices []*resourceapi.ResourceSlice) []*sliceDevice {
 	return out
 }
 
-func stringAttr(d resourceapi.Device, driver, name string) string {
+func stringAttr(attrs devattr.Attributes, driver, name string) string {
 	for _, k := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + name)} {
-		if a, ok := d.Attributes[k]; ok && a.StringValue != nil {
+		if a, ok := attrs.Get(k); ok && a.StringValue != nil {
 			return *a.StringValue
 		}
 	}
@@ -203,26 +219,58 @@ func stringAttr(d resourceapi.Device, driver, name string) string {
 
 // matchDynamicMIG finds the slice device of a MIG instance that the driver
 // published without a uuid (dynamic MIG: the instance is created on
-// prepare): same parent GPU and profile, and when several placements
-// match, the one whose name ends in the instance's placement start
-// (gpu-<minor>-mig-<profile>-<id>-<start>).
-func matchDynamicMIG(e gpu.Entity, devices []*sliceDevice, taken map[DeviceRef]bool) *sliceDevice {
-	var candidates []*sliceDevice
+// prepare): same parent GPU and profile; of several, the one a claim
+// holds (the driver creates an instance for an allocated device only),
+// else the one whose name ends in the instance's placement start
+// (gpu-<minor>-mig-<profile>-<id>-<start>), which NVML gives privileged
+// callers only.
+func matchDynamicMIG(e gpu.Entity, devices []*sliceDevice, taken, held map[DeviceRef]bool) *sliceDevice {
+	var candidates, heldCandidates []*sliceDevice
 	for _, d := range devices {
 		if d.uuid == "" && !taken[d.DeviceRef] && d.parentUUID == e.ParentUUID && d.profile == e.MIG.Profile {
 			candidates = append(candidates, d)
+			if held[d.DeviceRef] {
+				heldCandidates = append(heldCandidates, d)
+			}
 		}
 	}
 	if len(candidates) == 1 {
 		return candidates[0]
 	}
-	suffix := fmt.Sprintf("-%d", e.MIG.PlacementStart)
-	for _, d := range candidates {
-		if strings.HasSuffix(d.Device, suffix) {
-			return d
+	if e.MIG.PlacementStart >= 0 {
+		suffix := fmt.Sprintf("-%d", e.MIG.PlacementStart)
+		for _, d := range candidates {
+			if strings.HasSuffix(d.Device, suffix) {
+				return d
+			}
 		}
 	}
+	if len(heldCandidates) == 1 {
+		return heldCandidates[0]
+	}
 	return nil
+}
+
+// heldRefs are the devices of the node's claims: allocated, or prepared
+// by the kubelet.
+func heldRefs(in Inputs) map[DeviceRef]bool {
+	out := map[DeviceRef]bool{}
+	for _, c := range in.Claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			out[DeviceRef{Driver: r.Driver, Pool: r.Pool, Device: r.Device}] = true
+		}
+	}
+	if in.Kubelet != nil {
+		for _, p := range in.Kubelet.Pods {
+			for _, c := range p.Claims {
+				out[DeviceRef{Driver: c.Driver, Pool: c.Pool, Device: c.Device}] = true
+			}
+		}
+	}
+	return out
 }
 
 // apiDevice is a device the API server says a pod of this node holds.
@@ -231,27 +279,30 @@ type apiDevice struct {
 	DeviceRef
 	running bool
 	podName string
+	// inUse: a container the kubelet keeps running uses the claim (not
+	// only init containers), so the kubelet reports it prepared.
+	inUse bool
 }
 
 // apiHolders reads the claim allocations: a claim of a non-terminal pod of
-// this node, allocated and reserved for it, holds its devices of this node.
-func apiHolders(in Inputs, pods map[string]*corev1.Pod, byRef map[DeviceRef]*sliceDevice) ([]Holder, []apiDevice) {
+// this node, allocated and reserved for it (itself or its PodGroup), holds
+// its devices of this node.
+func apiHolders(in Inputs, pods map[string]*corev1.Pod, claims *dra.ClaimSet, byRef map[DeviceRef]*sliceDevice) ([]Holder, []apiDevice) {
 	var holders []Holder
 	var devices []apiDevice
-	uids := make([]string, 0, len(pods))
-	for uid := range pods {
-		uids = append(uids, uid)
-	}
-	sort.Strings(uids)
-	for _, uid := range uids {
+	for _, uid := range slices.Sorted(maps.Keys(pods)) {
 		p := pods[uid]
 		if terminal(p) {
 			continue
 		}
-		for _, name := range podClaimNames(p) {
-			c := in.Claims[ClaimKey(p.Namespace, name)]
-			if c == nil || c.Status.Allocation == nil || !reservedFor(c, p) {
+		for _, pc := range dra.PodClaims[*resourceapi.ResourceClaim](claims, p) {
+			c := pc.Claim
+			if c == nil || c.Status.Allocation == nil || !dra.ReservedForPod(c, p) {
 				continue
+			}
+			lane := LaneDRA
+			if pc.Extended() {
+				lane = LaneDRAExtended
 			}
 			for _, r := range c.Status.Allocation.Devices.Results {
 				ref := DeviceRef{Driver: r.Driver, Pool: r.Pool, Device: r.Device}
@@ -259,9 +310,10 @@ func apiHolders(in Inputs, pods map[string]*corev1.Pod, byRef map[DeviceRef]*sli
 				if d == nil {
 					continue // another node's device, or a driver without a slice here
 				}
-				h := Holder{GPUUUID: d.uuid, Lane: claimLane(p, c.Name), Namespace: p.Namespace, Pod: p.Name, PodUID: uid, Claim: c.Name}
+				h := Holder{GPUUUID: d.uuid, Lane: lane, Namespace: p.Namespace, Pod: p.Name, PodUID: uid, Claim: c.Name}
 				holders = append(holders, h)
-				devices = append(devices, apiDevice{Holder: h, DeviceRef: ref, running: p.Status.Phase == corev1.PodRunning, podName: p.Name})
+				devices = append(devices, apiDevice{Holder: h, DeviceRef: ref, running: p.Status.Phase == corev1.PodRunning, podName: p.Name,
+					inUse: dra.UsedByContainers(p, pc)})
 			}
 		}
 	}
@@ -281,32 +333,9 @@ func terminal(p *corev1.Pod) bool {
 	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
 }
 
-// podClaimNames resolves the pod's claims to ResourceClaim names: a named
-// claim, the generated claim the pod's status points at, and the claim the
-// scheduler created for the pod's extended resources (nvidia.com/gpu served
-// by the DRA driver).
-func podClaimNames(p *corev1.Pod) []string {
-	var out []string
-	if st := p.Status.ExtendedResourceClaimStatus; st != nil && st.ResourceClaimName != "" {
-		out = append(out, st.ResourceClaimName)
-	}
-	for _, rc := range p.Spec.ResourceClaims {
-		if rc.ResourceClaimName != nil {
-			out = append(out, *rc.ResourceClaimName)
-			continue
-		}
-		for _, s := range p.Status.ResourceClaimStatuses {
-			if s.Name == rc.Name && s.ResourceClaimName != nil {
-				out = append(out, *s.ResourceClaimName)
-			}
-		}
-	}
-	return out
-}
-
-// claimLane is the lane of a pod's claim: dra-extended for the pod's
-// extended-resource claim, dra otherwise (and for a pod the agent does not
-// know).
+// claimLane is the lane of a pod's claim the kubelet reports: dra-extended
+// for the pod's extended-resource claim, dra otherwise (and for a pod the
+// agent does not know).
 func claimLane(p *corev1.Pod, claim string) string {
 	if p != nil {
 		if st := p.Status.ExtendedResourceClaimStatus; st != nil && st.ResourceClaimName == claim {
@@ -316,20 +345,8 @@ func claimLane(p *corev1.Pod, claim string) string {
 	return LaneDRA
 }
 
-// ClaimNamesOf returns the claims the agent needs to fetch for a pod.
-func ClaimNamesOf(p *corev1.Pod) []string { return podClaimNames(p) }
-
-func reservedFor(c *resourceapi.ResourceClaim, p *corev1.Pod) bool {
-	for _, r := range c.Status.ReservedFor {
-		if r.UID == p.UID {
-			return true
-		}
-	}
-	return false
-}
-
 // kubeletHolders reads the pod-resources report.
-func kubeletHolders(in Inputs, podsByName map[string]*corev1.Pod, byRef map[DeviceRef]*sliceDevice) (dra, devicePlugin []Holder) {
+func kubeletHolders(in Inputs, podsByName map[string]*corev1.Pod, byRef map[DeviceRef]*sliceDevice, entities []gpu.Entity) (draHolders, devicePlugin []Holder) {
 	for _, kp := range in.Kubelet.Pods {
 		uid := ""
 		p := podsByName[kp.Namespace+"/"+kp.Name]
@@ -337,20 +354,53 @@ func kubeletHolders(in Inputs, podsByName map[string]*corev1.Pod, byRef map[Devi
 			uid = string(p.UID)
 		}
 		for _, d := range kp.Devices {
-			if !strings.HasPrefix(d.Resource, in.DevicePluginPrefix) {
+			if !in.DevicePluginResources.Has(d.Resource) {
 				continue
 			}
-			devicePlugin = append(devicePlugin, Holder{GPUUUID: d.ID, Lane: LaneDevicePlugin, Namespace: kp.Namespace, Pod: kp.Name, PodUID: uid})
+			uuid := devicePluginGPU(d.ID, entities)
+			if uuid == "" {
+				continue
+			}
+			devicePlugin = append(devicePlugin, Holder{GPUUUID: uuid, Lane: LaneDevicePlugin, Namespace: kp.Namespace, Pod: kp.Name, PodUID: uid})
 		}
 		for _, c := range kp.Claims {
 			d := byRef[DeviceRef{Driver: c.Driver, Pool: c.Pool, Device: c.Device}]
 			if d == nil {
 				continue
 			}
-			dra = append(dra, Holder{GPUUUID: d.uuid, Lane: claimLane(p, c.ClaimName), Namespace: kp.Namespace, Pod: kp.Name, PodUID: uid, Claim: c.ClaimName})
+			draHolders = append(draHolders, Holder{GPUUUID: d.uuid, Lane: claimLane(p, c.ClaimName), Namespace: kp.Namespace, Pod: kp.Name, PodUID: uid, Claim: c.ClaimName})
 		}
 	}
-	return dra, devicePlugin
+	return draHolders, devicePlugin
+}
+
+// nvidiaDevice is the device-plugin ID of a GPU by its device file, as
+// some plugins (GKE's) name GPUs.
+var nvidiaDevice = regexp.MustCompile(`^nvidia([0-9]+)$`)
+
+// devicePluginGPU returns the GPU or MIG UUID of a device-plugin device ID,
+// "" when it names none. NVIDIA's device plugin uses the UUID, and with
+// time-slicing or MPS the UUID and a replica number, GPU-<uuid>::<n>
+// (dcgm-exporter strips it the same way: kubernetes.go ~697-701); other
+// plugins name the device file, nvidia<minor>, which the GPU source maps.
+func devicePluginGPU(id string, entities []gpu.Entity) string {
+	id, _, _ = strings.Cut(id, "::")
+	if m := nvidiaDevice.FindStringSubmatch(id); m != nil {
+		minor, err := strconv.Atoi(m[1])
+		if err != nil {
+			return ""
+		}
+		for _, e := range entities {
+			if e.MIG == nil && e.Minor == minor {
+				return e.UUID
+			}
+		}
+		return ""
+	}
+	if strings.HasPrefix(id, "GPU-") || strings.HasPrefix(id, "MIG-") {
+		return id
+	}
+	return ""
 }
 
 func dedupeHolders(hs []Holder) []Holder {
@@ -388,6 +438,9 @@ func refLess(a, b DeviceRef) bool {
 func podMemory(e gpu.Entity, podOf map[int]string, pods map[string]*corev1.Pod) []PodMemory {
 	sums := map[string]float64{}
 	for _, p := range e.Processes {
+		if p.MemoryUnknown {
+			continue // NVML_VALUE_NOT_AVAILABLE: no figure to add
+		}
 		sums[podOf[p.PID]] += p.UsedMemoryBytes
 	}
 	uids := make([]string, 0, len(sums))
@@ -457,7 +510,7 @@ func conflicts(in Inputs, api []apiDevice, kubeletDRA, devicePlugin []Holder, by
 		}
 		for _, d := range api {
 			key := strings.Join([]string{d.Namespace, d.podName, d.Claim, d.Driver, d.Pool, d.Device}, "/")
-			if d.running && !prepared[key] {
+			if d.running && d.inUse && !prepared[key] {
 				out = append(out, Conflict{Namespace: d.Namespace, Claim: d.Claim, Pod: d.Pod, PodUID: d.PodUID, DeviceRef: d.DeviceRef, GPUUUID: d.GPUUUID, Reason: ReasonNotPrepared})
 			}
 		}

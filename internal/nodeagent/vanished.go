@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
+	"github.com/dra-exporter/dra-exporter/internal/objects"
 )
 
 // VanishedSliceTTL is how long the agent keeps using the last ResourceSlices
@@ -26,21 +26,21 @@ type sliceMemory struct {
 }
 
 type rememberedPool struct {
-	slices []*resourceapi.ResourceSlice
+	slices []*objects.Slice
 	seen   time.Time // last time the API had slices of the pool
 }
 
-func poolKey(s *resourceapi.ResourceSlice) string { return s.Spec.Driver + "/" + s.Spec.Pool.Name }
+func poolKey(s *objects.Slice) string { return s.Spec.Driver + "/" + s.Spec.Pool.Name }
 
 // withVanished returns the current slices and, for every pool that has none
 // now but had some within VanishedSliceTTL, the pool's last slices.
-func (m *sliceMemory) withVanished(current []*resourceapi.ResourceSlice, now time.Time) []*resourceapi.ResourceSlice {
+func (m *sliceMemory) withVanished(current []*objects.Slice, now time.Time) []*objects.Slice {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.pools == nil {
 		m.pools = map[string]rememberedPool{}
 	}
-	byPool := map[string][]*resourceapi.ResourceSlice{}
+	byPool := map[string][]*objects.Slice{}
 	for _, s := range current {
 		if s != nil {
 			byPool[poolKey(s)] = append(byPool[poolKey(s)], s)
@@ -49,7 +49,7 @@ func (m *sliceMemory) withVanished(current []*resourceapi.ResourceSlice, now tim
 	for k, slices := range byPool {
 		m.pools[k] = rememberedPool{slices: slices, seen: now}
 	}
-	var vanished []*resourceapi.ResourceSlice
+	var vanished []*objects.Slice
 	for k, p := range m.pools {
 		if _, ok := byPool[k]; ok {
 			continue
@@ -63,6 +63,6 @@ func (m *sliceMemory) withVanished(current []*resourceapi.ResourceSlice, now tim
 	if len(vanished) == 0 {
 		return current
 	}
-	out := make([]*resourceapi.ResourceSlice, 0, len(current)+len(vanished))
+	out := make([]*objects.Slice, 0, len(current)+len(vanished))
 	return append(append(out, current...), vanished...)
 }

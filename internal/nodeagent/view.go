@@ -52,8 +52,11 @@ type View struct {
 	Violations []Violation
 	Conflicts  []Conflict
 
-	Source         string
-	SourceUp       bool
+	Source   string
+	SourceUp bool
+	// Groups says which field groups the source watches (with the
+	// source up).
+	Groups         []gpu.GroupStatus
 	PodResourcesUp bool
 	// Dynamic says whether the kubelet reports DRA resources: nil when it
 	// cannot be told (no pod of the node holds an allocated claim).

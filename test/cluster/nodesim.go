@@ -138,10 +138,18 @@ func newNodeSim(dir string, n GPUNode) (*nodeSim, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "proc", "1"), 0o755); err != nil {
-		return nil, err
+	// The host's /proc as the agent sees it with hostPID: init, and the
+	// kernel's kthreadd as PID 2 (how the agent tells the host's PID
+	// namespace from its own).
+	for _, pid := range []string{"1", "2"} {
+		if err := os.MkdirAll(filepath.Join(dir, "proc", pid), 0o755); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.WriteFile(filepath.Join(dir, "proc", "1", "cgroup"), []byte("0::/init.scope\n"), 0o644); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "proc", "2", "comm"), []byte("kthreadd\n"), 0o644); err != nil {
 		return nil, err
 	}
 	srv, err := podresources.Serve(filepath.Join(dir, "kubelet.sock"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -173,7 +174,9 @@ func TestChartAccountsReadOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(env.exporter, "node", "--node-name=gpu-node-1", "--gpu.source=none", "--kubelet.pod-resources-socket=",
+	// The chart's --gpu.source=auto on a machine without libdcgm or libnvidia-ml (as a node without
+	// the NVIDIA runtime): the agent starts, reports the source unavailable and serves the rest.
+	cmd := exec.Command(env.exporter, "node", "--node-name=gpu-node-1", "--gpu.source=auto", "--kubelet.pod-resources-socket=",
 		"--proc-root=", "--kubeconfig="+agentKubeconfig, "--web.listen-address="+addr, "--log.level=debug")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -194,6 +197,18 @@ func TestChartAccountsReadOnly(t *testing.T) {
 	}
 	if log := cluster.Tail(logPath, 200); strings.Contains(log, "forbidden") {
 		t.Errorf("the node agent hit a forbidden request under its chart role:\n%s", log)
+	}
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`dra_gpu_source_up{source="auto"} 0`, `dra_exporter_informer_synced{resource="pods"} 1`,
+		`dra_exporter_watch_errors_total{resource="resourceslices"} 0`, `dra_node_claim_fetch_errors_total{reason="forbidden"} 0`, "dra_node_podresources_up 0"} {
+		if !strings.Contains(string(body), want+"\n") {
+			t.Errorf("the node agent's /metrics lacks %s", want)
+		}
 	}
 }
 

@@ -86,6 +86,7 @@ func TestNodeAgent(t *testing.T) {
 	recFile := filepath.Join(dir, "gpu.json")
 	writeFile(t, recFile, string(raw))
 	writeFile(t, filepath.Join(dir, "proc", "1", "cgroup"), "0::/init.scope\n")
+	writeFile(t, filepath.Join(dir, "proc", "2", "comm"), "kthreadd\n") // the host's PID namespace
 	writeFile(t, filepath.Join(dir, "proc", "4242", "cgroup"), fmt.Sprintf(
 		"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod%s.slice/cri-containerd-0a1b.scope\n",
 		strings.ReplaceAll(string(pod.UID), "-", "_")))

@@ -1,25 +1,25 @@
-// Command image builds the cluster exporter's OCI image without a container
-// engine (github.com/google/go-containerregistry): one layer holding a static
-// (CGO_ENABLED=0) dra-exporter binary at /dra-exporter on an empty base, run
-// as 65534:65534 (no /etc/passwd needed), entrypoint /dra-exporter, command
-// serve. It writes an OCI image layout and a tarball (docker load, crane push).
-// `make image` builds the binary and runs this; its own module keeps
-// go-containerregistry out of the exporter's go.mod.
+// Command image builds the OCI images without a container engine
+// (github.com/google/go-containerregistry), run as 65534:65534 (no
+// /etc/passwd needed), and writes each as an OCI image layout and a tarball
+// (docker load, crane push). `make image` builds the binaries and runs this;
+// its own module keeps go-containerregistry out of the exporter's go.mod.
 //
-// The node agent's image is not built here: it needs glibc and DCGM, so it
-// is built on NVIDIA's DCGM image (see README.md, "Install with Helm").
+//   - The cluster exporter: one layer holding a static (CGO_ENABLED=0)
+//     dra-exporter at /dra-exporter on an empty base; command serve.
+//   - The node agent (-agent-binary): the cgo dra-exporter on glibc from
+//     Debian's own packages (-agent-rootfs: apt-get download, dpkg-deb -x),
+//     or on a base image tarball (-agent-base: NVIDIA's DCGM image for
+//     the DCGM variant); command node.
 package main
 
 import (
-	"archive/tar"
-	"bytes"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -53,6 +53,12 @@ func main() {
 	flag.StringVar(&o.Version, "version", "dev", "Version label.")
 	flag.StringVar(&o.Revision, "revision", "unknown", "Revision label.")
 	flag.StringVar(&o.Arch, "arch", runtime.GOARCH, "Architecture of the binary.")
+	var a AgentOptions
+	flag.StringVar(&a.Binary, "agent-binary", "", "The node agent's dra-exporter (cgo); empty: no agent image.")
+	flag.StringVar(&a.RootFS, "agent-rootfs", "", "Directory of the extracted Debian packages the agent's image stands on.")
+	packages := flag.String("agent-packages", "", "Those packages, name=version, comma-separated (for the image's labels).")
+	flag.StringVar(&a.Base, "agent-base", "", "An image tarball to build the agent on instead of -agent-rootfs (the DCGM variant: NVIDIA's DCGM image).")
+	flag.StringVar(&a.Ref, "agent-ref", "ghcr.io/dra-exporter/dra-exporter-node-agent:dev", "The agent image's reference.")
 	flag.Parse()
 	o.Created = time.Unix(0, 0).UTC()
 	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
@@ -63,16 +69,44 @@ func main() {
 		}
 		o.Created = time.Unix(sec, 0).UTC()
 	}
-	img, err := Build(o)
-	if err == nil {
-		err = Write(o, img)
-	}
-	if err != nil {
+	if err := build(o, a, *packages); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
 		os.Exit(1)
 	}
+}
+
+func build(o Options, a AgentOptions, packages string) error {
+	if o.Binary != "" {
+		img, err := Build(o)
+		if err != nil {
+			return err
+		}
+		if err := Write(o, img); err != nil {
+			return err
+		}
+		report(o.Ref, img, o.Out, "oci", "dra-exporter.tar")
+	}
+	if a.Binary == "" {
+		return nil
+	}
+	a.Out, a.Version, a.Revision, a.Arch, a.Created = o.Out, o.Version, o.Revision, o.Arch, o.Created
+	if packages != "" {
+		a.Packages = strings.Split(packages, ",")
+	}
+	img, err := BuildAgent(a)
+	if err != nil {
+		return err
+	}
+	if err := WriteAs(a.Ref, img, filepath.Join(a.Out, "agent-oci"), filepath.Join(a.Out, "dra-exporter-node-agent.tar")); err != nil {
+		return err
+	}
+	report(a.Ref, img, a.Out, "agent-oci", "dra-exporter-node-agent.tar")
+	return nil
+}
+
+func report(ref string, img v1.Image, out, layout, tarName string) {
 	d, _ := img.Digest()
-	fmt.Printf("%s %s\n  layout  %s\n  tarball %s\n", o.Ref, d, filepath.Join(o.Out, "oci"), filepath.Join(o.Out, "dra-exporter.tar"))
+	fmt.Printf("%s %s\n  layout  %s\n  tarball %s\n", ref, d, filepath.Join(out, layout), filepath.Join(out, tarName))
 }
 
 // Build makes the image from the binary.
@@ -80,46 +114,14 @@ func Build(o Options) (v1.Image, error) {
 	if o.Binary == "" {
 		return nil, fmt.Errorf("-binary is required")
 	}
-	bin, err := os.ReadFile(o.Binary)
+	layer, err := binaryLayer(o.Binary, o.Created)
 	if err != nil {
 		return nil, err
 	}
-	var layerTar bytes.Buffer
-	tw := tar.NewWriter(&layerTar)
-	if err := tw.WriteHeader(&tar.Header{Name: "dra-exporter", Mode: 0o755, Size: int64(len(bin)), ModTime: o.Created, Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
-		return nil, err
-	}
-	if _, err := tw.Write(bin); err != nil {
-		return nil, err
-	}
-	// A world-writable /tmp with the sticky bit: Go's os.TempDir, should anything
-	// need it; the chart mounts the root filesystem read-only.
-	if err := tw.WriteHeader(&tar.Header{Name: "tmp/", Mode: 0o1777, ModTime: o.Created, Typeflag: tar.TypeDir, Format: tar.FormatPAX}); err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	data := layerTar.Bytes()
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(data)), nil
-	}, tarball.WithMediaType(types.OCILayer))
+	img, cf, err := appendLayer(emptyOCI(), layer, "tools/image: /dra-exporter (static, CGO_ENABLED=0)", o.Created)
 	if err != nil {
 		return nil, err
 	}
-	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
-	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
-	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, History: v1.History{
-		Author: "dra-exporter tools/image", CreatedBy: "tools/image: /dra-exporter (static, CGO_ENABLED=0)", Created: v1.Time{Time: o.Created},
-	}})
-	if err != nil {
-		return nil, err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
 	cf.OS, cf.Architecture = "linux", o.Arch
 	cf.Created = v1.Time{Time: o.Created}
 	cf.Config = v1.Config{
@@ -128,26 +130,22 @@ func Build(o Options) (v1.Image, error) {
 		User:         User,
 		WorkingDir:   "/",
 		ExposedPorts: map[string]struct{}{"9877/tcp": {}},
-		Labels: map[string]string{
-			"org.opencontainers.image.title":       "dra-exporter",
-			"org.opencontainers.image.description": "Prometheus exporter for Kubernetes Dynamic Resource Allocation (DRA) on GPU clusters",
-			"org.opencontainers.image.source":      "https://github.com/dra-exporter/dra-exporter",
-			"org.opencontainers.image.url":         "https://github.com/dra-exporter/dra-exporter",
-			"org.opencontainers.image.version":     o.Version,
-			"org.opencontainers.image.revision":    o.Revision,
-			"org.opencontainers.image.created":     o.Created.Format(time.RFC3339),
-		},
+		Labels:       o.labels("dra-exporter", "Prometheus exporter for Kubernetes Dynamic Resource Allocation (DRA) on GPU clusters"),
 	}
 	return mutate.ConfigFile(img, cf)
 }
 
 // Write writes the OCI layout and the tarball.
 func Write(o Options, img v1.Image) error {
-	ref, err := name.ParseReference(o.Ref)
+	return WriteAs(o.Ref, img, filepath.Join(o.Out, "oci"), filepath.Join(o.Out, "dra-exporter.tar"))
+}
+
+// WriteAs writes img as an OCI layout in dir and a tarball at tarPath.
+func WriteAs(refName string, img v1.Image, dir, tarPath string) error {
+	ref, err := name.ParseReference(refName)
 	if err != nil {
-		return fmt.Errorf("-ref: %w", err)
+		return fmt.Errorf("reference %q: %w", refName, err)
 	}
-	dir := filepath.Join(o.Out, "oci")
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -160,5 +158,39 @@ func Write(o Options, img v1.Image) error {
 	})); err != nil {
 		return err
 	}
-	return tarball.WriteToFile(filepath.Join(o.Out, "dra-exporter.tar"), ref, img)
+	return tarball.WriteToFile(tarPath, ref, img)
+}
+
+// labels are an image's OCI annotations.
+func (o Options) labels(title, description string) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.title":       title,
+		"org.opencontainers.image.description": description,
+		"org.opencontainers.image.source":      "https://github.com/dra-exporter/dra-exporter",
+		"org.opencontainers.image.url":         "https://github.com/dra-exporter/dra-exporter",
+		"org.opencontainers.image.version":     o.Version,
+		"org.opencontainers.image.revision":    o.Revision,
+		"org.opencontainers.image.created":     o.Created.Format(time.RFC3339),
+	}
+}
+
+// emptyOCI is an empty OCI image.
+func emptyOCI() v1.Image {
+	return mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+}
+
+// appendLayer adds a layer with its history entry and returns the image
+// and a copy of its config to fill in.
+func appendLayer(base v1.Image, layer v1.Layer, createdBy string, created time.Time) (v1.Image, *v1.ConfigFile, error) {
+	img, err := mutate.Append(base, mutate.Addendum{Layer: layer, History: v1.History{
+		Author: "dra-exporter tools/image", CreatedBy: createdBy, Created: v1.Time{Time: created},
+	}})
+	if err != nil {
+		return nil, nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, nil, err
+	}
+	return img, cf.DeepCopy(), nil
 }

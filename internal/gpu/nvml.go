@@ -1,0 +1,391 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// nvmlView reads what NVML says of the node: the GPUs, their MIG instances
+// (each by its own MIG device handle), the instances' profile names and the
+// compute processes. Both sources use it: DCGM has no process list and
+// names GPU instances by entity numbers, not UUIDs.
+type nvmlView struct {
+	lib  NVMLLib
+	gpus []*nvmlGPU
+	// profiles caches the GPU instance profile table of each GPU (static).
+	profiles map[string][]GpuInstanceProfileInfo
+	// named caches each MIG instance's profile and placement by its UUID
+	// (a recreated instance has a new UUID).
+	named map[string]migName
+	// privileged is false once NVML refused a privileged MIG call.
+	privileged bool
+}
+
+type nvmlGPU struct {
+	dev          NVMLDevice
+	uuid, name   string
+	index, minor int
+	mig          bool
+	instances    []nvmlMIG
+	lost         bool
+}
+
+type nvmlMIG struct {
+	dev  NVMLDevice
+	uuid string
+	gi   int
+	migName
+}
+
+type migName struct {
+	profile   string
+	placement int
+}
+
+// openNVML initialises NVML and lists its GPUs.
+func openNVML(lib NVMLLib) (*nvmlView, error) {
+	if lib == nil {
+		return nil, fmt.Errorf("nvml: %w", ErrUnavailable)
+	}
+	if ret := lib.Init(); ret != NVMLSuccess {
+		return nil, fmt.Errorf("nvml init: %w", ret)
+	}
+	v := &nvmlView{lib: lib, profiles: map[string][]GpuInstanceProfileInfo{}, named: map[string]migName{}, privileged: true}
+	n, ret := lib.DeviceGetCount()
+	if ret != NVMLSuccess {
+		lib.Shutdown()
+		return nil, fmt.Errorf("nvml device count: %w", ret)
+	}
+	for i := range n {
+		dev, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != NVMLSuccess {
+			lib.Shutdown()
+			return nil, fmt.Errorf("nvml device %d: %w", i, ret)
+		}
+		g := &nvmlGPU{dev: dev, index: i, minor: -1}
+		if g.uuid, ret = dev.GetUUID(); ret != NVMLSuccess {
+			lib.Shutdown()
+			return nil, fmt.Errorf("nvml device %d uuid: %w", i, ret)
+		}
+		g.name, _ = dev.GetName()
+		if m, ret := dev.GetMinorNumber(); ret == NVMLSuccess {
+			g.minor = m
+		}
+		v.gpus = append(v.gpus, g)
+	}
+	return v, nil
+}
+
+func (v *nvmlView) close() { v.lib.Shutdown() }
+
+func (v *nvmlView) gpu(uuid string) *nvmlGPU {
+	for _, g := range v.gpus {
+		if g.uuid == uuid {
+			return g
+		}
+	}
+	return nil
+}
+
+// refreshMIG reads every GPU's MIG instances again: the DRA driver creates
+// and destroys them (dynamic MIG) between two reads.
+func (v *nvmlView) refreshMIG() {
+	seen := map[string]bool{}
+	for _, g := range v.gpus {
+		g.instances = g.instances[:0]
+		g.lost = false
+		current, _, ret := g.dev.GetMigMode()
+		if ret == NVMLGPUIsLost {
+			g.lost = true
+		}
+		g.mig = ret == NVMLSuccess && current == nvmlDeviceMigEnable
+		if !g.mig {
+			continue
+		}
+		n, ret := g.dev.GetMaxMigDeviceCount()
+		if ret != NVMLSuccess {
+			continue
+		}
+		for i := range n {
+			// An index without an instance answers NOT_FOUND.
+			h, ret := g.dev.GetMigDeviceHandleByIndex(i)
+			if ret != NVMLSuccess {
+				continue
+			}
+			m := nvmlMIG{dev: h}
+			if m.uuid, ret = h.GetUUID(); ret != NVMLSuccess {
+				continue
+			}
+			if m.gi, ret = h.GetGpuInstanceId(); ret != NVMLSuccess {
+				continue
+			}
+			name, ok := v.named[m.uuid]
+			if !ok {
+				name = v.nameOf(g, h, m.gi)
+				v.named[m.uuid] = name
+			}
+			m.migName = name
+			seen[m.uuid] = true
+			g.instances = append(g.instances, m)
+		}
+	}
+	for uuid := range v.named {
+		if !seen[uuid] {
+			delete(v.named, uuid)
+		}
+	}
+}
+
+// nameOf finds a MIG instance's profile name (the driver's, from the GPU
+// instance profile table) and placement. The instance's profile ID and
+// placement need GetGpuInstanceById, which NVML gives privileged callers
+// only (nvml.h ~14035-14063: NO_PERMISSION otherwise); without it the
+// profile is the one whose slices, memory and engines match the MIG
+// device's attributes (which any caller may read), and the placement is
+// unknown.
+func (v *nvmlView) nameOf(g *nvmlGPU, h NVMLDevice, gi int) migName {
+	out := migName{placement: -1}
+	table := v.profileTable(g)
+	profileID := -1
+	if v.privileged {
+		inst, ret := g.dev.GetGpuInstanceById(gi)
+		if ret == NVMLSuccess {
+			if info, ret := inst.GetInfo(); ret == NVMLSuccess {
+				profileID, out.placement = int(info.ProfileID), int(info.PlacementStart)
+			}
+		} else if ret == NVMLNoPermission {
+			v.privileged = false
+		}
+	}
+	attrs, attrRet := h.GetAttributes()
+	for _, p := range table {
+		if profileID >= 0 {
+			if int(p.ID) == profileID {
+				out.profile = profileName(p.Name)
+				return out
+			}
+			continue
+		}
+		if attrRet == NVMLSuccess && p.SliceCount == attrs.GpuInstanceSliceCount && p.MemorySizeMB == attrs.MemorySizeMB &&
+			p.DecoderCount == attrs.SharedDecoderCount && p.JpegCount == attrs.SharedJpegCount && p.OfaCount == attrs.SharedOfaCount {
+			out.profile = profileName(p.Name)
+			return out
+		}
+	}
+	return out
+}
+
+// profileName drops the "MIG " NVML puts before a GPU instance profile's
+// name, leaving the driver's name as the DRA driver publishes it.
+func profileName(s string) string { return strings.TrimPrefix(s, "MIG ") }
+
+// profileTable lists the GPU instance profiles of a GPU: every profile index
+// up to NVML_GPU_INSTANCE_PROFILE_COUNT, skipping the ones the GPU does
+// not have (NOT_SUPPORTED, INVALID_ARGUMENT), as DCGM does
+// (DcgmCacheManager.cpp ~344-380).
+func (v *nvmlView) profileTable(g *nvmlGPU) []GpuInstanceProfileInfo {
+	if t, ok := v.profiles[g.uuid]; ok {
+		return t
+	}
+	var t []GpuInstanceProfileInfo
+	for i := range nvmlGPUInstanceProfileCount {
+		info, ret := g.dev.GetGpuInstanceProfileInfoV3(i)
+		if ret == NVMLSuccess {
+			t = append(t, info)
+		}
+	}
+	v.profiles[g.uuid] = t
+	return t
+}
+
+// processes lists a GPU's or MIG instance's compute processes. A MIG
+// parent lists its instances' processes only to privileged callers
+// (nvml.h ~8008-8010), so instances are always asked by their own handles
+// and a MIG-enabled GPU itself never.
+func processes(dev NVMLDevice) ([]Process, NVMLReturn) {
+	infos, ret := dev.GetComputeRunningProcesses()
+	if ret != NVMLSuccess {
+		return nil, ret
+	}
+	out := make([]Process, 0, len(infos))
+	for _, p := range infos {
+		proc := Process{PID: int(p.Pid), UsedMemoryBytes: float64(p.UsedGpuMemory)}
+		if p.UsedGpuMemory == NVMLValueNotAvailable {
+			proc.UsedMemoryBytes, proc.MemoryUnknown = 0, true
+		}
+		out = append(out, proc)
+	}
+	return out, NVMLSuccess
+}
+
+// nvmlSession is the NVML source: the basic fields from NVML calls, the
+// last XID from NVML's event set.
+type nvmlSession struct {
+	view *nvmlView
+	raw  bool
+	xid  *xidWatch
+}
+
+func openNVMLSession(lib NVMLLib, opts Options) (session, error) {
+	v, err := openNVML(lib)
+	if err != nil {
+		return nil, err
+	}
+	s := &nvmlSession{view: v, raw: opts.Raw}
+	s.xid = watchXIDs(lib, v.gpus, opts)
+	return s, nil
+}
+
+func (s *nvmlSession) name() string { return SourceNVML }
+
+func (s *nvmlSession) close() {
+	s.xid.stop()
+	s.view.close()
+}
+
+// NVML units are converted to DCGM's (the Fields table): bytes to MiB,
+// milliwatts to watts.
+const mib = 1 << 20
+
+func (s *nvmlSession) read() (*Reading, error) {
+	v := s.view
+	v.refreshMIG()
+	r := &Reading{Source: SourceNVML, Groups: []GroupStatus{
+		{Name: GroupBasic, Watched: true},
+		{Name: GroupProfiling, Reason: ReasonUnsupported},
+	}}
+	xids := s.xid.drain()
+	for _, g := range v.gpus {
+		e := Entity{UUID: g.uuid, Product: g.name, Index: g.index, Minor: g.minor, Values: map[FieldID]float64{}}
+		rec := recorder{raw: s.raw, e: &e}
+		rec.utilization(g.dev)
+		rec.memory(g.dev)
+		w, ret := g.dev.GetPowerUsage()
+		rec.value(FieldPowerUsage, "nvmlDeviceGetPowerUsage", ret, float64(w)/1000)
+		t, ret := g.dev.GetTemperature(nvmlTemperatureGPU)
+		rec.value(FieldGPUTemp, "nvmlDeviceGetTemperature", ret, float64(t))
+		c, ret := g.dev.GetClockInfo(nvmlClockSM)
+		rec.value(FieldSMClock, "nvmlDeviceGetClockInfo", ret, float64(c))
+		sbe, ret := g.dev.GetTotalEccErrors(nvmlMemoryErrorCorrected, nvmlVolatileECC)
+		rec.value(FieldECCSBEVolTotal, "nvmlDeviceGetTotalEccErrors", ret, float64(sbe))
+		dbe, ret := g.dev.GetTotalEccErrors(nvmlMemoryErrorUncorrected, nvmlVolatileECC)
+		rec.value(FieldECCDBEVolTotal, "nvmlDeviceGetTotalEccErrors", ret, float64(dbe))
+		if code, ok := xids[g.uuid]; ok {
+			rec.value(FieldXIDErrors, "nvmlEventSetWait", NVMLSuccess, float64(code))
+		}
+		e.Lost = e.Lost || g.lost
+		if !g.mig {
+			e.Processes, _ = processes(g.dev)
+		}
+		if e.Lost {
+			e.Values = map[FieldID]float64{}
+		}
+		r.Entities = append(r.Entities, e)
+		for _, m := range g.instances {
+			me := Entity{UUID: m.uuid, ParentUUID: g.uuid, Product: g.name, Index: g.index, Minor: g.minor,
+				MIG: &MIGInstance{GPUInstanceID: m.gi, Profile: m.profile, PlacementStart: m.placement}, Values: map[FieldID]float64{}, Lost: e.Lost}
+			mrec := recorder{raw: s.raw, e: &me}
+			mrec.memory(m.dev)
+			me.Processes, _ = processes(m.dev)
+			r.Entities = append(r.Entities, me)
+		}
+	}
+	return r, nil
+}
+
+// recorder stores NVML answers as field values (and raw readings).
+type recorder struct {
+	raw bool
+	e   *Entity
+}
+
+func (r recorder) value(id FieldID, call string, ret NVMLReturn, x float64) {
+	f, _ := FieldByID(id)
+	if r.raw {
+		val := ""
+		if ret == NVMLSuccess {
+			val = strconv.FormatFloat(x, 'g', -1, 64)
+		}
+		r.e.Raw = append(r.e.Raw, RawValue{Field: f.Name, Type: call, Status: ret.String(), Value: val})
+	}
+	switch ret {
+	case NVMLSuccess:
+		r.e.Values[id] = x
+	case NVMLGPUIsLost:
+		r.e.Lost = true
+	}
+}
+
+func (r recorder) utilization(dev NVMLDevice) {
+	u, ret := dev.GetUtilizationRates()
+	r.value(FieldGPUUtil, "nvmlDeviceGetUtilizationRates", ret, float64(u.Gpu))
+}
+
+func (r recorder) memory(dev NVMLDevice) {
+	m, ret := dev.GetMemoryInfo()
+	r.value(FieldFBTotal, "nvmlDeviceGetMemoryInfo", ret, float64(m.Total)/mib)
+	r.value(FieldFBFree, "nvmlDeviceGetMemoryInfo", ret, float64(m.Free)/mib)
+	r.value(FieldFBUsed, "nvmlDeviceGetMemoryInfo", ret, float64(m.Used)/mib)
+}
+
+// xidWatch keeps the last XID of each GPU from NVML's event set. A GPU
+// whose XID events are registered reads 0 until its first XID (none since
+// the agent started watching); one that cannot register them has no value.
+// The set is drained at each read (Wait with no timeout until TIMEOUT):
+// the driver queues the events in between.
+type xidWatch struct {
+	set  NVMLEventSet
+	last map[string]uint64
+}
+
+func watchXIDs(lib NVMLLib, gpus []*nvmlGPU, opts Options) *xidWatch {
+	w := &xidWatch{last: map[string]uint64{}}
+	set, ret := lib.EventSetCreate()
+	if ret != NVMLSuccess {
+		opts.logger().Info("NVML event set unavailable: no last-XID series", "err", ret)
+		return w
+	}
+	w.set = set
+	for _, g := range gpus {
+		types, ret := g.dev.GetSupportedEventTypes()
+		if ret != NVMLSuccess || types&NVMLEventTypeXidCriticalError == 0 {
+			continue
+		}
+		if g.dev.RegisterEvents(NVMLEventTypeXidCriticalError, set) == NVMLSuccess {
+			w.last[g.uuid] = 0
+		}
+	}
+	return w
+}
+
+// maxEventsPerRead bounds one drain.
+const maxEventsPerRead = 1024
+
+// drain reads the queued events and returns the last XID of each GPU.
+func (w *xidWatch) drain() map[string]uint64 {
+	for i := 0; w.set != nil && i < maxEventsPerRead; i++ {
+		ev, ret := w.set.Wait(0)
+		if ret != NVMLSuccess {
+			break
+		}
+		if ev.EventType&NVMLEventTypeXidCriticalError == 0 || ev.Device == nil {
+			continue
+		}
+		if uuid, r := ev.Device.GetUUID(); r == NVMLSuccess {
+			w.last[uuid] = ev.EventData
+		}
+	}
+	return w.last
+}
+
+func (w *xidWatch) stop() {
+	if w.set != nil {
+		w.set.Free()
+		w.set = nil
+	}
+}
+
+// errNoNVML is what a DCGM source without NVML says of its MIG instances.
+var errNoNVML = errors.New("NVML unavailable: MIG instances have no UUID and processes are not listed")

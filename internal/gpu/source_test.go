@@ -1,0 +1,421 @@
+package gpu_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/dra-exporter/dra-exporter/internal/gpu"
+	"github.com/dra-exporter/dra-exporter/internal/gpu/gpufake"
+)
+
+// clock is the reconnect backoff's clock, moved by the test.
+type clock = gpufake.Clock
+
+func opts(c *clock) gpu.Options {
+	return gpu.Options{Now: c.Now, Timeout: 2 * time.Second}
+}
+
+const (
+	gpu0 = "GPU-a100-0000-0000-0000-000000000000"
+	gpu1 = "GPU-a100-0000-0000-0000-000000000001"
+	migA = "MIG-aaaa-0000-0000-0000-000000000000"
+	migB = "MIG-bbbb-0000-0000-0000-000000000000"
+	migC = "MIG-cccc-0000-0000-0000-000000000000"
+)
+
+func busy(util, power float64) map[string]float64 {
+	return map[string]float64{
+		"DCGM_FI_DEV_GPU_UTIL": util, "DCGM_FI_DEV_FB_USED": 1000, "DCGM_FI_DEV_FB_FREE": 80559, "DCGM_FI_DEV_FB_TOTAL": 81559,
+		"DCGM_FI_DEV_POWER_USAGE": power, "DCGM_FI_DEV_GPU_TEMP": 50, "DCGM_FI_DEV_SM_CLOCK": 1410,
+		"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 2, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 0,
+		"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.5, "DCGM_FI_PROF_SM_ACTIVE": 0.4, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.3, "DCGM_FI_PROF_DRAM_ACTIVE": 0.2,
+	}
+}
+
+func instanceFields(used float64, gr float64) map[string]float64 {
+	return map[string]float64{"DCGM_FI_DEV_FB_USED": used, "DCGM_FI_DEV_FB_FREE": 9984 - used, "DCGM_FI_DEV_FB_TOTAL": 9984, "DCGM_FI_PROF_GR_ENGINE_ACTIVE": gr}
+}
+
+func twoGPUs() []gpufake.GPUSpec {
+	return []gpufake.GPUSpec{
+		{UUID: gpu0, Product: "NVIDIA A100-SXM4-80GB", Index: 0, Fields: busy(87, 310), Processes: []gpufake.ProcessSpec{{PID: 100, UsedMemoryBytes: 1 << 30}}},
+		{UUID: gpu1, Product: "NVIDIA A100-SXM4-80GB", Index: 1, Fields: busy(3, 70)},
+	}
+}
+
+func read(t *testing.T, s gpu.Source) *gpu.Reading {
+	t.Helper()
+	r, err := s.Read(context.Background())
+	if err != nil {
+		t.Fatalf("read: %v", err)
+	}
+	return r
+}
+
+func entity(t *testing.T, r *gpu.Reading, uuid string) gpu.Entity {
+	t.Helper()
+	for _, e := range r.Entities {
+		if e.UUID == uuid {
+			return e
+		}
+	}
+	t.Fatalf("no entity %s in %+v", uuid, r.Entities)
+	return gpu.Entity{}
+}
+
+func group(r *gpu.Reading, name string) gpu.GroupStatus {
+	for _, g := range r.Groups {
+		if g.Name == name {
+			return g
+		}
+	}
+	return gpu.GroupStatus{}
+}
+
+// Defect 1: a profiling watch that fails (A100 without CAP_SYS_ADMIN,
+// another client holding the profiling lock) must not take the basic
+// fields with it: the host engine undoes every watch of a failed request.
+func TestProfilingFailureKeepsBasicFields(t *testing.T) {
+	for _, c := range []struct{ profiling, reason string }{
+		{"requires_root", gpu.ReasonNoPermission},
+		{"in_use", gpu.ReasonInUse},
+		{"unsupported", gpu.ReasonUnsupported},
+	} {
+		t.Run(c.profiling, func(t *testing.T) {
+			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Profiling: c.profiling}, NVML: true, GPUs: twoGPUs()})
+			src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			defer src.Close()
+			r := read(t, src)
+			e := entity(t, r, gpu0)
+			if e.Values[gpu.FieldGPUUtil] != 87 || e.Values[gpu.FieldPowerUsage] != 310 || e.Values[gpu.FieldFBUsed] != 1000 {
+				t.Errorf("basic fields lost with profiling %s: %v", c.profiling, e.Values)
+			}
+			if _, ok := e.Values[gpu.FieldProfGrEngine]; ok {
+				t.Errorf("profiling field present although its watch failed: %v", e.Values)
+			}
+			if g := group(r, gpu.GroupBasic); !g.Watched {
+				t.Errorf("basic group %+v, want watched", g)
+			}
+			if g := group(r, gpu.GroupProfiling); g.Watched || g.Reason != c.reason {
+				t.Errorf("profiling group %+v, want unwatched, reason %s", g, c.reason)
+			}
+		})
+	}
+	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: twoGPUs()})
+	src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+	defer src.Close()
+	r := read(t, src)
+	if e := entity(t, r, gpu0); e.Values[gpu.FieldProfGrEngine] != 0.5 {
+		t.Errorf("profiling free: GR_ENGINE_ACTIVE %v, want 0.5", e.Values)
+	}
+	if g := group(r, gpu.GroupProfiling); !g.Watched {
+		t.Errorf("profiling group %+v, want watched", g)
+	}
+}
+
+// Profiling is tried again later: the lock's holder may go away.
+func TestProfilingRetriedWhenTheLockIsFree(t *testing.T) {
+	clk := gpufake.NewClock(time.Time{})
+	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Profiling: "in_use"}, NVML: true, GPUs: twoGPUs(),
+		Steps: []gpufake.Step{{DCGM: &gpufake.DCGMSpec{}}}})
+	src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(clk))
+	defer src.Close()
+	read(t, src)
+	m.Step()
+	clk.Add(time.Minute)
+	if g := group(read(t, src), gpu.GroupProfiling); g.Watched {
+		t.Errorf("profiling watched again after a minute: %+v, want after 5m", g)
+	}
+	clk.Add(5 * time.Minute)
+	r := read(t, src)
+	if g := group(r, gpu.GroupProfiling); !g.Watched {
+		t.Errorf("profiling %+v, want watched once the lock is free", g)
+	}
+	if e := entity(t, r, gpu0); e.Values[gpu.FieldProfSMActive] != 0.4 {
+		t.Errorf("SM_ACTIVE %v", e.Values)
+	}
+}
+
+// Defect 2: DCGM is initialised again after its connection is lost
+// (nv-hostengine restarted) or when it was not there at start.
+func TestReconnect(t *testing.T) {
+	clk := gpufake.NewClock(time.Time{})
+	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Down: true}, NVML: true, GPUs: twoGPUs(), Steps: []gpufake.Step{
+		{Comment: "nv-hostengine starts", DCGM: &gpufake.DCGMSpec{}},
+		{Comment: "nv-hostengine restarts", RestartHostEngine: true},
+	}})
+	src := gpu.NewDCGM(m.DCGM(), m.NVML(), gpu.Options{HostEngine: "nvidia-dcgm:5555", Now: clk.Now, Timeout: 2 * time.Second})
+	defer src.Close()
+	if _, err := src.Read(context.Background()); err == nil {
+		t.Fatal("read with nv-hostengine down: want an error")
+	}
+	m.Step()
+	if _, err := src.Read(context.Background()); err == nil {
+		t.Fatal("read before the backoff passed: want an error")
+	}
+	clk.Add(10 * time.Second)
+	if e := entity(t, read(t, src), gpu0); e.Values[gpu.FieldGPUUtil] != 87 {
+		t.Fatalf("after nv-hostengine started: %v", e.Values)
+	}
+	m.Step()
+	if _, err := src.Read(context.Background()); err == nil {
+		t.Fatal("read on the lost connection: want an error")
+	}
+	if e := entity(t, read(t, src), gpu0); e.Values[gpu.FieldGPUUtil] != 87 {
+		t.Fatalf("after the restart: %v", e.Values)
+	}
+	if n := m.Calls["Init"]; n != 3 {
+		t.Errorf("Init called %d times, want 3 (down, up, after the restart)", n)
+	}
+}
+
+func migGPU(instances ...gpufake.MIGSpec) gpufake.GPUSpec {
+	board := busy(0, 250)
+	delete(board, "DCGM_FI_DEV_GPU_UTIL")
+	board["DCGM_FI_DEV_XID_ERRORS"] = 0
+	return gpufake.GPUSpec{UUID: gpu0, Product: "NVIDIA H100 80GB HBM3", Index: 0, MIGEnabled: true, Fields: board, MIG: instances}
+}
+
+// Defect 3: DCGM renumbers GPU-instance entities on every MIG change; the
+// agent reads the hierarchy again and keys instances by UUID, so no
+// instance's values land under another's UUID, new instances are watched
+// and their processes are theirs.
+func TestMIGReconfigurationBetweenReads(t *testing.T) {
+	a := gpufake.MIGSpec{UUID: migA, GI: 3, Profile: "1g.10gb", Placement: 0, Fields: instanceFields(1000, 0.1)}
+	b := gpufake.MIGSpec{UUID: migB, GI: 4, Profile: "1g.10gb", Placement: 1, Fields: instanceFields(2000, 0.2)}
+	c := gpufake.MIGSpec{UUID: migC, GI: 1, Profile: "3g.40gb", Placement: 4, Fields: map[string]float64{"DCGM_FI_DEV_FB_USED": 30000, "DCGM_FI_DEV_FB_FREE": 10320, "DCGM_FI_DEV_FB_TOTAL": 40320, "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.9},
+		Processes: []gpufake.ProcessSpec{{PID: 4242, UsedMemoryBytes: 30 << 30}}}
+	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: []gpufake.GPUSpec{migGPU(a, b)},
+		Steps: []gpufake.Step{{Comment: "A destroyed, C created", GPUs: []gpufake.GPUSpec{migGPU(b, c)}}}})
+	src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+	defer src.Close()
+	r := read(t, src)
+	if e := entity(t, r, migB); e.Values[gpu.FieldFBUsed] != 2000 {
+		t.Fatalf("before: B FB_USED %v", e.Values)
+	}
+	m.Step()
+	r = read(t, src)
+	if e := entity(t, r, migB); e.Values[gpu.FieldFBUsed] != 2000 || e.Values[gpu.FieldProfGrEngine] != 0.2 {
+		t.Errorf("after the change B reads %v: another instance's values under its UUID", e.Values)
+	}
+	e := entity(t, r, migC)
+	if e.Values[gpu.FieldFBUsed] != 30000 || e.MIG == nil || e.MIG.Profile != "3g.40gb" {
+		t.Errorf("new instance C: %+v", e)
+	}
+	if len(e.Processes) != 1 || e.Processes[0].PID != 4242 {
+		t.Errorf("C's process: %+v", e.Processes)
+	}
+	if p := entity(t, r, gpu0); len(p.Processes) != 0 {
+		t.Errorf("the parent GPU lists an instance's processes: %+v", p.Processes)
+	}
+	for _, e := range r.Entities {
+		if e.UUID == migA {
+			t.Errorf("destroyed instance A still read: %+v", e)
+		}
+	}
+}
+
+// Defect 4: an instance carries only its own fields; the board's power,
+// temperature, clock, ECC and XID stay on the GPU.
+func TestBoardFieldsStayOnTheGPU(t *testing.T) {
+	a := gpufake.MIGSpec{UUID: migA, GI: 3, Profile: "1g.10gb", Fields: instanceFields(1000, 0.1)}
+	for _, source := range []string{gpu.SourceDCGM, gpu.SourceNVML} {
+		t.Run(source, func(t *testing.T) {
+			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: []gpufake.GPUSpec{migGPU(a)}})
+			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			if source == gpu.SourceNVML {
+				src = gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			}
+			defer src.Close()
+			r := read(t, src)
+			in := entity(t, r, migA)
+			for id := range in.Values {
+				if f, _ := gpu.FieldByID(id); !f.Instance {
+					t.Errorf("instance carries the board's %s = %v", f.Name, in.Values[id])
+				}
+			}
+			if in.Values[gpu.FieldFBUsed] != 1000 {
+				t.Errorf("instance FB_USED %v", in.Values)
+			}
+			if p := entity(t, r, gpu0); p.Values[gpu.FieldPowerUsage] != 250 {
+				t.Errorf("board power %v", p.Values)
+			}
+		})
+	}
+}
+
+// Defect 7: the last XID reads 0 until the first XID (DCGM has no sample
+// of it: blank, NO_DATA), then the XID's code; NVML through its events.
+func TestLastXID(t *testing.T) {
+	for _, source := range []string{gpu.SourceDCGM, gpu.SourceNVML} {
+		t.Run(source, func(t *testing.T) {
+			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: twoGPUs(),
+				Steps: []gpufake.Step{{XIDs: []gpufake.XID{{UUID: gpu1, Code: 48}}}}})
+			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			if source == gpu.SourceNVML {
+				src = gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			}
+			defer src.Close()
+			x, ok := entity(t, read(t, src), gpu1).Values[gpu.FieldXIDErrors]
+			if !ok || x != 0 {
+				t.Errorf("before any XID: %v (present %v), want 0", x, ok)
+			}
+			m.Step()
+			if x := entity(t, read(t, src), gpu1).Values[gpu.FieldXIDErrors]; x != 48 {
+				t.Errorf("after XID 48: %v", x)
+			}
+		})
+	}
+}
+
+// Defect 7: MIG profile names are the driver's (+me, its memory rounding),
+// found without NVML's privileged calls; placements need them.
+func TestProfileNames(t *testing.T) {
+	me := gpufake.MIGSpec{UUID: migA, GI: 3, Profile: "1g.10gb+me", Placement: 2, Fields: instanceFields(1000, 0.1)}
+	plain := gpufake.MIGSpec{UUID: migB, GI: 4, Profile: "1g.10gb", Placement: 3, Fields: instanceFields(1000, 0.1)}
+	big := gpufake.MIGSpec{UUID: migC, GI: 5, Profile: "1g.20gb", Placement: 4, Fields: instanceFields(1000, 0.1)}
+	for _, privileged := range []bool{false, true} {
+		t.Run(fmt.Sprintf("privileged=%v", privileged), func(t *testing.T) {
+			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, Privileged: privileged, GPUs: []gpufake.GPUSpec{migGPU(me, plain, big)}})
+			src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			defer src.Close()
+			r := read(t, src)
+			for uuid, want := range map[string]string{migA: "1g.10gb+me", migB: "1g.10gb", migC: "1g.20gb"} {
+				e := entity(t, r, uuid)
+				if e.MIG.Profile != want {
+					t.Errorf("%s: profile %q, want %q", uuid, e.MIG.Profile, want)
+				}
+				wantStart := -1
+				if privileged {
+					wantStart = map[string]int{migA: 2, migB: 3, migC: 4}[uuid]
+				}
+				if e.MIG.PlacementStart != wantStart {
+					t.Errorf("%s: placement %d, want %d", uuid, e.MIG.PlacementStart, wantStart)
+				}
+			}
+		})
+	}
+}
+
+// Defect 7: NVML's "not available" (all ones) is no memory figure.
+func TestProcessMemoryNotAvailable(t *testing.T) {
+	g := twoGPUs()
+	g[0].Processes = []gpufake.ProcessSpec{{PID: 7, MemoryNotAvailable: true}, {PID: 8, UsedMemoryBytes: 5 << 20}}
+	m := gpufake.New(gpufake.Spec{NVML: true, GPUs: g})
+	src := gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
+	defer src.Close()
+	ps := entity(t, read(t, src), gpu0).Processes
+	if len(ps) != 2 || !ps[0].MemoryUnknown || ps[0].UsedMemoryBytes != 0 || ps[1].MemoryUnknown || ps[1].UsedMemoryBytes != 5<<20 {
+		t.Errorf("processes %+v", ps)
+	}
+}
+
+// Defect 7: a hung call answers the scrape with an error within the
+// timeout, later reads fail at once while it hangs, and the source serves
+// again when it returns.
+func TestHungCall(t *testing.T) {
+	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: twoGPUs()})
+	src := gpu.NewDCGM(m.DCGM(), m.NVML(), gpu.Options{Timeout: 200 * time.Millisecond})
+	defer src.Close()
+	read(t, src)
+	m.SetHang(true)
+	start := time.Now()
+	_, err := src.Read(context.Background())
+	if !errors.Is(err, gpu.ErrHung) || time.Since(start) > time.Second {
+		t.Fatalf("hung read: %v after %s, want ErrHung within the timeout", err, time.Since(start))
+	}
+	start = time.Now()
+	if _, err := src.Read(context.Background()); !errors.Is(err, gpu.ErrHung) || time.Since(start) > 50*time.Millisecond {
+		t.Errorf("read while hung: %v after %s, want ErrHung at once", err, time.Since(start))
+	}
+	m.SetHang(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r, err := src.Read(context.Background())
+		if err == nil {
+			if entity(t, r, gpu0).Values[gpu.FieldGPUUtil] != 87 {
+				t.Errorf("after the hang: %+v", r)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still failing after the hang cleared: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Defect 7: a lost GPU is reported lost, its values gone; the source and
+// the other GPUs still serve.
+func TestLostGPU(t *testing.T) {
+	for _, source := range []string{gpu.SourceDCGM, gpu.SourceNVML} {
+		t.Run(source, func(t *testing.T) {
+			g := twoGPUs()
+			lost := twoGPUs()
+			lost[1].Lost = true
+			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: g, Steps: []gpufake.Step{{Comment: "XID 79", GPUs: lost}}})
+			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			if source == gpu.SourceNVML {
+				src = gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			}
+			defer src.Close()
+			read(t, src)
+			m.Step()
+			r := read(t, src)
+			if e := entity(t, r, gpu1); !e.Lost || len(e.Values) != 0 {
+				t.Errorf("lost GPU: %+v", e)
+			}
+			if e := entity(t, r, gpu0); e.Lost || e.Values[gpu.FieldGPUUtil] != 87 {
+				t.Errorf("the other GPU: %+v", e)
+			}
+		})
+	}
+}
+
+// NVML serves where DCGM cannot start; DCGM takes over once it can.
+func TestAutoPrefersDCGM(t *testing.T) {
+	clk := gpufake.NewClock(time.Time{})
+	m := gpufake.New(gpufake.Spec{NVML: true, GPUs: twoGPUs(), Steps: []gpufake.Step{{Comment: "DCGM installed", DCGM: &gpufake.DCGMSpec{}}}})
+	src := gpu.NewAuto(m.DCGM(), m.NVML(), opts(clk))
+	defer src.Close()
+	r := read(t, src)
+	if r.Source != gpu.SourceNVML || src.Name() != gpu.SourceNVML {
+		t.Fatalf("without DCGM: source %s (%s), want nvml", r.Source, src.Name())
+	}
+	e := entity(t, r, gpu0)
+	if e.Values[gpu.FieldGPUUtil] != 87 || e.Values[gpu.FieldFBUsed] != 1000 || e.Values[gpu.FieldPowerUsage] != 310 ||
+		e.Values[gpu.FieldSMClock] != 1410 || e.Values[gpu.FieldGPUTemp] != 50 || e.Values[gpu.FieldECCSBEVolTotal] != 2 {
+		t.Errorf("NVML basic fields: %v", e.Values)
+	}
+	if g := group(r, gpu.GroupProfiling); g.Watched || g.Reason != gpu.ReasonUnsupported {
+		t.Errorf("NVML profiling group %+v", g)
+	}
+	m.Step()
+	clk.Add(2 * time.Minute)
+	r = read(t, src)
+	if r.Source != gpu.SourceDCGM || src.Name() != gpu.SourceDCGM {
+		t.Errorf("with DCGM installed: source %s, want dcgm", r.Source)
+	}
+	if entity(t, r, gpu0).Values[gpu.FieldProfGrEngine] != 0.5 {
+		t.Errorf("DCGM profiling: %v", entity(t, r, gpu0).Values)
+	}
+}
+
+// Without either library the source reports itself unavailable and keeps
+// its configured name.
+func TestNoLibrary(t *testing.T) {
+	m := gpufake.New(gpufake.Spec{GPUs: twoGPUs()})
+	src := gpu.NewAuto(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+	defer src.Close()
+	_, err := src.Read(context.Background())
+	if err == nil || src.Name() != gpu.SourceAuto {
+		t.Errorf("read %v, name %s", err, src.Name())
+	}
+	src2 := gpu.NewAuto(nil, nil, opts(gpufake.NewClock(time.Time{})))
+	if _, err := src2.Read(context.Background()); !errors.Is(err, gpu.ErrUnavailable) {
+		t.Errorf("no libraries in this build: %v", err)
+	}
+}
