@@ -19,13 +19,16 @@ import (
 // EnvImageDir names the folder of `make image`'s tarballs.
 const EnvImageDir = "DRA_E2E_IMAGE_DIR"
 
-// TestChart installs the exporter as a user does: `make image`'s tarball
-// imported into the node's containerd, the chart installed with the pinned
-// helm (no ServiceMonitor or PrometheusRule: no operator runs here). The
-// exporter runs as a pod with the chart's security context, ServiceAccount
-// and RBAC, reaches the API server through the `kubernetes` Service, passes
-// its own probes and serves the verdicts the exporter run as a process
-// serves.
+// TestChart installs the exporter and the node agent as a user does: `make
+// image`'s tarballs imported into the node's containerd, the chart installed
+// with the pinned helm (no ServiceMonitor or PrometheusRule: no operator
+// runs here). The exporter runs as a pod with the chart's security context,
+// ServiceAccount and RBAC, reaches the API server through the `kubernetes`
+// Service, passes its own probes and serves the verdicts the exporter run as
+// a process serves. The agent's DaemonSet runs on the node with the
+// pod-resources socket and hostPID as the chart mounts them (no GPU here:
+// its GPU source reads unavailable) and serves the holders, conflicts and
+// kubelet series the agent run as a process serves.
 func TestChart(t *testing.T) {
 	ctx := context.Background()
 	helm := os.Getenv(helmchart.EnvHelm)
@@ -33,23 +36,32 @@ func TestChart(t *testing.T) {
 	if helm == "" || imageDir == "" {
 		t.Fatalf("%s and %s must be set (make test builds helm and the image and sets them)", helmchart.EnvHelm, EnvImageDir)
 	}
-	tarball := filepath.Join(imageDir, "dra-exporter.tar")
-	if out, err := env.node.Ctr(ctx, "images", "import", tarball); err != nil {
-		t.Fatalf("import %s: %v: %s", tarball, err, out)
+	for _, tarball := range []string{"dra-exporter.tar", "dra-exporter-node-agent.tar"} {
+		if out, err := env.node.Ctr(ctx, "images", "import", filepath.Join(imageDir, tarball)); err != nil {
+			t.Fatalf("import %s: %v: %s", tarball, err, out)
+		}
 	}
 	repo, tag := importedImage(t, "ghcr.io/dra-exporter/dra-exporter")
+	agentRepo, agentTag := importedImage(t, "ghcr.io/dra-exporter/dra-exporter-node-agent")
 
 	// A pod the exporter in the chart must explain: its driver config is
 	// rejected at prepare.
 	ns := namespace(t, "chart-verdicts")
 	template(t, ns, "bogus", bogusSharing())
 	create(t, workload(ns, "llm-0", "bogus"))
+	// And one that runs, for the agent to attribute.
+	template(t, ns, "gpu", nil)
+	create(t, workload(ns, "llm-1", "gpu"))
+	waitPod(t, ns, "llm-1", "Ready", 90*time.Second, ready)
 
 	const release, chartNS = "dra-exporter-chart", "dra-chart"
 	install := exec.CommandContext(ctx, helm, "install", release, repoPath("deploy/helm/dra-exporter"),
 		"--kubeconfig", env.cp.Kubeconfig, "--namespace", chartNS, "--create-namespace",
 		"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
-		"--set", "nodeAgent.enabled=false", "--set", "serviceMonitor.enabled=false",
+		"--set", "nodeAgent.image.repository="+agentRepo, "--set", "nodeAgent.image.tag="+agentTag,
+		"--set", "nodeAgent.image.pullPolicy=Never", "--set", "nodeAgent.hostPID=true",
+		// The GPU Operator's label is not on this node.
+		"--set", "nodeAgent.nodeSelector=null", "--set", "serviceMonitor.enabled=false",
 		"--set", "prometheusRule.enabled=false", "--set", "dashboards.enabled=false",
 		"--wait", "--timeout", "3m")
 	if out, err := install.CombinedOutput(); err != nil {
@@ -90,6 +102,44 @@ func TestChart(t *testing.T) {
 		err := cluster.WaitFor(ctx, 30*time.Second, family+" equal", func(context.Context) (bool, error) {
 			a, err1 := inPod.Scrape()
 			b, err2 := env.exp.Scrape()
+			if err1 != nil || err2 != nil {
+				return false, nil
+			}
+			x, y := fmt.Sprint(a.Find(family, nil)), fmt.Sprint(b.Find(family, nil))
+			last = "pod:     " + x + "\nprocess: " + y
+			return x == y, nil
+		})
+		if err != nil {
+			t.Errorf("%v\n%s", err, last)
+		}
+	}
+
+	// The agent's DaemonSet, against the agent run as a process.
+	agents, err := env.cp.Client.CoreV1().Pods(chartNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node-agent"})
+	if err != nil || len(agents.Items) != 1 {
+		t.Fatalf("the chart's node agent pod: %v %s", err, podsOf(chartNS))
+	}
+	agentPod := waitPod(t, chartNS, agents.Items[0].Name, "Ready", 2*time.Minute, ready)
+	if !agentPod.Spec.HostPID || agentPod.Spec.NodeName != env.node.Name {
+		t.Errorf("the agent pod: hostPID %t, node %q", agentPod.Spec.HostPID, agentPod.Spec.NodeName)
+	}
+	if n := agentPod.Status.ContainerStatuses[0].RestartCount; n != 0 {
+		t.Errorf("the agent restarted %d times:\n%s", n, describe(agentPod))
+	}
+	agentInPod := &cluster.Exporter{URL: fmt.Sprintf("http://%s:9878", agentPod.Status.PodIP)}
+	eventually(t, agentInPod, 60*time.Second, "the chart's agent reads the kubelet and the host's processes", func(m cluster.Metrics) error {
+		for _, f := range []string{"dra_node_podresources_up", "dra_node_podresources_dynamic_resources", "dra_node_host_processes_visible"} {
+			if err := one(m, f, nil, 1); err != nil {
+				return err
+			}
+		}
+		return one(m, "dra_gpu_holder_info", map[string]string{"namespace": ns, "pod": "llm-1", "lane": "dra"}, 1)
+	})
+	for _, family := range []string{"dra_gpu_holder_info", "dra_node_claim_conflict", "dra_gpu_isolation_violation", "dra_node_podresources_up", "dra_node_podresources_dynamic_resources", "dra_node_host_processes_visible"} {
+		var last string
+		err := cluster.WaitFor(ctx, 30*time.Second, family+" equal", func(context.Context) (bool, error) {
+			a, err1 := agentInPod.Scrape()
+			b, err2 := env.agent.Scrape()
 			if err1 != nil || err2 != nil {
 				return false, nil
 			}
