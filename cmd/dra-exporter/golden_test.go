@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,6 +80,9 @@ func TestGolden(t *testing.T) {
 			if fast, slow := fastText(exp, true), gatheredOpenMetrics(t, exp); !bytes.Equal(fast, slow) {
 				t.Errorf("the fast OpenMetrics path differs from expfmt's:\n%s", firstDiff(fast, slow))
 			}
+			if fast, slow := fastProto(t, exp), gatheredProto(t, exp); !bytes.Equal(fast, slow) {
+				t.Errorf("the fast protobuf path differs from client_golang's (%d and %d bytes):\n%s", len(fast), len(slow), protoDiff(t, fast, slow))
+			}
 			if err := testutil.CollectAndCompare(exp, bytes.NewReader(want)); err != nil {
 				t.Errorf("CollectAndCompare: %v", err)
 			}
@@ -119,6 +123,60 @@ func gatheredOpenMetrics(t *testing.T, exp *collector.Exporter) []byte {
 		}
 	}
 	return buf.Bytes()
+}
+
+// fastProto is what /metrics writes for the exporter's families in the
+// delimited protobuf format.
+func fastProto(t *testing.T, exp *collector.Exporter) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	for _, f := range exp.TextFamilies(false) {
+		if _, err := f.WriteProtoTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// gatheredProto is client_golang's and expfmt's delimited protobuf
+// encoding of the exporter.
+func gatheredProto(t *testing.T, exp *collector.Exporter) []byte {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(exp)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeProtoDelim))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// protoDiff decodes two delimited protobuf expositions and shows where
+// their text renderings first differ.
+func protoDiff(t *testing.T, got, want []byte) string {
+	t.Helper()
+	text := func(b []byte) []byte {
+		var out bytes.Buffer
+		dec := expfmt.NewDecoder(bytes.NewReader(b), expfmt.NewFormat(expfmt.TypeProtoDelim))
+		for {
+			var mf dto.MetricFamily
+			if err := dec.Decode(&mf); err != nil {
+				if err != io.EOF {
+					fmt.Fprintf(&out, "decode: %v\n", err)
+				}
+				return out.Bytes()
+			}
+			_, _ = expfmt.MetricFamilyToText(&out, &mf)
+		}
+	}
+	return firstDiff(text(got), text(want))
 }
 
 // firstDiff shows the first line where got and want differ.
