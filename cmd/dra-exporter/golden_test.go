@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,19 +109,25 @@ func fastText(exp *collector.Exporter, openMetrics bool) []byte {
 // of the exporter (without the final # EOF).
 func gatheredOpenMetrics(t *testing.T, exp *collector.Exporter) []byte {
 	t.Helper()
+	var buf bytes.Buffer
+	for _, mf := range gather(t, exp) {
+		if _, err := expfmt.MetricFamilyToOpenMetrics(&buf, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// gather is client_golang's Gather of the exporter alone.
+func gather(t *testing.T, exp *collector.Exporter) []*dto.MetricFamily {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(exp)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToOpenMetrics(&buf, mf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return buf.Bytes()
+	return mfs
 }
 
 // fastProto is what /metrics writes for the exporter's families in the
@@ -142,15 +147,9 @@ func fastProto(t *testing.T, exp *collector.Exporter) []byte {
 // encoding of the exporter.
 func gatheredProto(t *testing.T, exp *collector.Exporter) []byte {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(exp)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var buf bytes.Buffer
 	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeProtoDelim))
-	for _, mf := range mfs {
+	for _, mf := range gather(t, exp) {
 		if err := enc.Encode(mf); err != nil {
 			t.Fatal(err)
 		}
@@ -158,25 +157,11 @@ func gatheredProto(t *testing.T, exp *collector.Exporter) []byte {
 	return buf.Bytes()
 }
 
-// protoDiff decodes two delimited protobuf expositions and shows where
-// their text renderings first differ.
+// protoDiff shows where the text renderings of two delimited protobuf
+// expositions first differ.
 func protoDiff(t *testing.T, got, want []byte) string {
 	t.Helper()
-	text := func(b []byte) []byte {
-		var out bytes.Buffer
-		dec := expfmt.NewDecoder(bytes.NewReader(b), expfmt.NewFormat(expfmt.TypeProtoDelim))
-		for {
-			var mf dto.MetricFamily
-			if err := dec.Decode(&mf); err != nil {
-				if err != io.EOF {
-					fmt.Fprintf(&out, "decode: %v\n", err)
-				}
-				return out.Bytes()
-			}
-			_, _ = expfmt.MetricFamilyToText(&out, &mf)
-		}
-	}
-	return firstDiff(text(got), text(want))
+	return firstDiff(protoText(t, got), protoText(t, want))
 }
 
 // firstDiff shows the first line where got and want differ.
