@@ -16,6 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/index"
@@ -387,6 +390,94 @@ func scrapeLoop(b *testing.B, f *fixture, collectors []collector.Collector, vers
 	b.ReportMetric(float64(res.bytes), "exposition-B")
 	for name, s := range collectorSeconds {
 		b.ReportMetric(s*1000/float64(b.N), "ms-"+name)
+	}
+}
+
+// BenchmarkScrapeFormats is one scrape in each format /metrics serves from
+// the kept families, and in protobuf as it was served before (gather:
+// client_golang's Gather over every collector, then expfmt's delimited
+// encoder, which a Prometheus with native histograms on asked for first):
+// over an unchanged index, and after one claim's change (claim/...). All
+// of one size run in one process, so that their ratios compare like with
+// like. The index is built once per size; each sub-benchmark has its own
+// exporter, whose first scrape (outside the timer) renders everything.
+func BenchmarkScrapeFormats(b *testing.B) {
+	for _, size := range sizes {
+		b.Run(size.name, func(b *testing.B) {
+			f := load(b, size.claims)
+			ix := f.index(b)
+			obj, changed := changeOf(b, f.objs, "claim")
+			for _, change := range []bool{false, true} {
+				for _, format := range []string{"text", "protobuf", "protobuf-gather"} {
+					name := format
+					if change {
+						name = "claim/" + format
+					}
+					b.Run(name, func(b *testing.B) {
+						exp := collector.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), clusterCollectors()...)
+						write := scrapeFormat(b, exp, format)
+						write()
+						versions := [2]any{changed, obj}
+						k := 0
+						for b.Loop() {
+							if change {
+								if err := ix.Upsert(versions[k%2], true); err != nil {
+									b.Fatal(err)
+								}
+								k++
+							}
+							write()
+						}
+						perClaim(b, f.claims)
+						b.ReportMetric(float64(formatBuf.Len()), "exposition-B")
+					})
+				}
+			}
+		})
+	}
+}
+
+// formatBuf holds the last scrape of BenchmarkScrapeFormats, kept across
+// scrapes as the handler's buffered writer is.
+var formatBuf bytes.Buffer
+
+// scrapeFormat returns a function that writes one scrape of exp in the
+// format into formatBuf.
+func scrapeFormat(b *testing.B, exp *collector.Exporter, format string) func() {
+	switch format {
+	case "text":
+		return func() {
+			formatBuf.Reset()
+			for _, f := range exp.TextFamilies(false) {
+				if _, err := f.WriteTo(&formatBuf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	case "protobuf":
+		return func() {
+			formatBuf.Reset()
+			for _, f := range exp.TextFamilies(false) {
+				if _, err := f.WriteProtoTo(&formatBuf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(exp)
+	return func() {
+		formatBuf.Reset()
+		mfs, err := reg.Gather()
+		if err != nil {
+			b.Fatal(err)
+		}
+		enc := expfmt.NewEncoder(&formatBuf, expfmt.NewFormat(expfmt.TypeProtoDelim))
+		for _, mf := range mfs {
+			if err := enc.Encode(mf); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }
 

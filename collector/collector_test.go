@@ -128,6 +128,9 @@ func TestCollectors(t *testing.T) {
 				`{device_class="gpu.nvidia.com"} 0`,
 				`{device_class="mig.nvidia.com"} 0`,
 				`{device_class="profiled"} 2`),
+			fam("dra_device_class_selector_error_info",
+				`{device="gpu-0",device_class="profiled",driver="gpu.nvidia.com",node="node-1",pool="node-1"} 1`,
+				`{device="gpu-1",device_class="profiled",driver="gpu.nvidia.com",node="node-1",pool="node-1"} 1`),
 		}},
 		{"claim", collector.NewClaimCollector(), []any{
 			fam("dra_claim_info",

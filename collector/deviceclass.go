@@ -15,6 +15,10 @@ var (
 		"Devices on which the DeviceClass selectors failed to evaluate.",
 		"device_class").
 		doc("A CEL compile or runtime error; such devices cannot be allocated through the class.")
+	classSelectorErrorInfo = newDef("dra_device_class_selector_error_info", typeGauge,
+		"A device on which a DeviceClass's selectors fail to evaluate.",
+		"device_class", "driver", "pool", "device", "node").
+		doc("One series per device and class while the class's CEL fails on the device (a runtime error, such as an attribute the device does not publish, or a compile error); node \"\" for a network-attached device. The scheduler gives up a pod's scheduling attempt when it meets the error on any node it tries (PodScheduled=False, reason SchedulerError, the CEL error as message), so pods of the class stay Pending even where another node fits; dra_pod_blocked leaves the device's node out of what could serve them (capacity_exhausted when no other node has a free device, else unallocated), and `dra-exporter explain` names the error. No series while the selectors evaluate everywhere. Always 1.")
 )
 
 type deviceClassCollector struct{}
@@ -23,7 +27,9 @@ type deviceClassCollector struct{}
 func NewDeviceClassCollector() Collector { return deviceClassCollector{} }
 
 func (deviceClassCollector) Name() string { return "deviceclass" }
-func (deviceClassCollector) Defs() []*Def { return []*Def{classDevices, classSelectorErrors} }
+func (deviceClassCollector) Defs() []*Def {
+	return []*Def{classDevices, classSelectorErrors, classSelectorErrorInfo}
+}
 
 func (deviceClassCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
 	for _, row := range s.ClassCapacity() {
@@ -35,6 +41,7 @@ func (deviceClassCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) e
 	for _, d := range s.Devices {
 		for class := range d.ClassErrors {
 			errors[class]++
+			e.gauge(classSelectorErrorInfo, 1, class, d.Key.Driver, d.Key.Pool, d.Key.Device, d.Node)
 		}
 	}
 	for _, c := range s.Classes {

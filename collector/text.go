@@ -36,6 +36,7 @@ type sample struct {
 // in Text and then, for a family of rows, one line each.
 type Family struct {
 	Name string
+	def  *Def
 	// text and lines are the exposition in the text format; om converts
 	// it to OpenMetrics as it is written.
 	text  []byte
@@ -216,7 +217,7 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	for _, i := range reused {
 		for _, d := range x.collectors[i].Defs() {
 			if t, ok := c.text[d]; ok {
-				out = append(out, Family{Name: d.Name, text: t, lines: c.lines[d], om: openMetrics})
+				out = append(out, Family{Name: d.Name, def: d, text: t, lines: c.lines[d], om: openMetrics})
 			}
 		}
 	}
@@ -231,7 +232,7 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 		} else {
 			c.store(d, text)
 		}
-		out = append(out, Family{Name: d.Name, text: text, om: openMetrics})
+		out = append(out, Family{Name: d.Name, def: d, text: text, om: openMetrics})
 	}
 	slices.SortFunc(out, func(a, b Family) int { return strings.Compare(a.Name, b.Name) })
 	return out

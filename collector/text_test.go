@@ -3,6 +3,7 @@ package collector
 import (
 	"bytes"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +39,8 @@ func (c oddCollector) Update(_ *index.Snapshot, _ time.Time, e *emitter) error {
 }
 
 // TestTextMatchesGather holds the fast path to client_golang's Gather and
-// expfmt's encoders byte for byte, in the text format and in OpenMetrics.
+// expfmt's encoders byte for byte, in the text format, in OpenMetrics and
+// in delimited protobuf.
 func TestTextMatchesGather(t *testing.T) {
 	odd := oddCollector{
 		a: newDef("dra_test_odd", typeGauge, "Help with \\ a backslash, \"quotes\"\nand a newline.", "zone", "app", "b_label"),
@@ -76,4 +78,74 @@ func TestTextMatchesGather(t *testing.T) {
 			t.Errorf("openMetrics=%v: fast path\n%s\nGather and expfmt\n%s", openMetrics, got, want.Bytes())
 		}
 	}
+
+	var want bytes.Buffer
+	enc := expfmt.NewEncoder(&want, expfmt.NewFormat(expfmt.TypeProtoDelim))
+	for _, mf := range mfs {
+		if mf.GetName() == scrapeDuration.Name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			// The kept text holds a negative zero as 0 (as expfmt writes
+			// it), so protobuf carries +0: the same sample to Prometheus.
+			if g := m.GetGauge(); g != nil && g.GetValue() == 0 {
+				g.Value = new(0.0)
+			}
+		}
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got bytes.Buffer
+	for _, f := range x.TextFamilies(false) {
+		if f.Name == scrapeDuration.Name {
+			continue
+		}
+		if _, err := f.WriteProtoTo(&got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Errorf("protobuf: fast path\n%q\nGather and expfmt\n%q", got.Bytes(), want.Bytes())
+	}
+}
+
+// A series whose Metric is longer than the length slot appendMetric keeps
+// for it (2 MiB) is encoded as client_golang encodes it.
+func TestProtoLongSeries(t *testing.T) {
+	long := newDef("dra_test_long", typeGauge, "A long label value.", "value")
+	x := NewExporter(index.New(index.Config{}), nil, false, nil, longCollector{long, strings.Repeat("v", 3<<20)})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(x)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got bytes.Buffer
+	enc := expfmt.NewEncoder(&want, expfmt.NewFormat(expfmt.TypeProtoDelim))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range x.TextFamilies(false) {
+		if _, err := f.WriteProtoTo(&got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Errorf("a 3 MiB label value: %d bytes, client_golang %d", got.Len(), want.Len())
+	}
+}
+
+type longCollector struct {
+	d     *Def
+	value string
+}
+
+func (longCollector) Name() string   { return "long" }
+func (c longCollector) Defs() []*Def { return []*Def{c.d} }
+func (c longCollector) Update(_ *index.Snapshot, _ time.Time, e *emitter) error {
+	e.gauge(c.d, 7, c.value)
+	return nil
 }

@@ -57,11 +57,11 @@ func explain(args []string, stdout, stderr io.Writer) int {
 	var ix *index.Index
 	if len(from) > 0 {
 		built, problems, err := offline.Build(from, cfg.trimmer(), cfg.indexConfig(clock, nil))
+		reportProblems(stderr, problems)
 		if err != nil {
 			fmt.Fprintln(stderr, "dra-exporter explain:", err)
 			return 1
 		}
-		reportProblems(stderr, problems)
 		ix = built
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), *timeout)

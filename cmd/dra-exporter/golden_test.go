@@ -79,6 +79,9 @@ func TestGolden(t *testing.T) {
 			if fast, slow := fastText(exp, true), gatheredOpenMetrics(t, exp); !bytes.Equal(fast, slow) {
 				t.Errorf("the fast OpenMetrics path differs from expfmt's:\n%s", firstDiff(fast, slow))
 			}
+			if fast, slow := fastProto(t, exp), gatheredProto(t, exp); !bytes.Equal(fast, slow) {
+				t.Errorf("the fast protobuf path differs from client_golang's (%d and %d bytes):\n%s", len(fast), len(slow), protoDiff(t, fast, slow))
+			}
 			if err := testutil.CollectAndCompare(exp, bytes.NewReader(want)); err != nil {
 				t.Errorf("CollectAndCompare: %v", err)
 			}
@@ -106,19 +109,59 @@ func fastText(exp *collector.Exporter, openMetrics bool) []byte {
 // of the exporter (without the final # EOF).
 func gatheredOpenMetrics(t *testing.T, exp *collector.Exporter) []byte {
 	t.Helper()
+	var buf bytes.Buffer
+	for _, mf := range gather(t, exp) {
+		if _, err := expfmt.MetricFamilyToOpenMetrics(&buf, mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// gather is client_golang's Gather of the exporter alone.
+func gather(t *testing.T, exp *collector.Exporter) []*dto.MetricFamily {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(exp)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return mfs
+}
+
+// fastProto is what /metrics writes for the exporter's families in the
+// delimited protobuf format.
+func fastProto(t *testing.T, exp *collector.Exporter) []byte {
+	t.Helper()
 	var buf bytes.Buffer
-	for _, mf := range mfs {
-		if _, err := expfmt.MetricFamilyToOpenMetrics(&buf, mf); err != nil {
+	for _, f := range exp.TextFamilies(false) {
+		if _, err := f.WriteProtoTo(&buf); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return buf.Bytes()
+}
+
+// gatheredProto is client_golang's and expfmt's delimited protobuf
+// encoding of the exporter.
+func gatheredProto(t *testing.T, exp *collector.Exporter) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeProtoDelim))
+	for _, mf := range gather(t, exp) {
+		if err := enc.Encode(mf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
+}
+
+// protoDiff shows where the text renderings of two delimited protobuf
+// expositions first differ.
+func protoDiff(t *testing.T, got, want []byte) string {
+	t.Helper()
+	return firstDiff(protoText(t, got), protoText(t, want))
 }
 
 // firstDiff shows the first line where got and want differ.

@@ -21,9 +21,12 @@ import (
 var acceptedFormats = expfmt.DefaultOpenMetricsAcceptedFormats()
 
 // metricsHandler serves reg and, when cluster is set, the cluster families.
-// Those go the fast path (collector.Exporter.TextFamilies) for the text and
-// OpenMetrics formats, which every Prometheus negotiates; another format
-// (protobuf) goes through client_golang with everything registered.
+// Those go the fast path (collector.Exporter.TextFamilies: the families kept
+// from the last scrape, rendered again only where the cluster changed) for
+// the text, OpenMetrics and delimited protobuf formats, which Prometheus
+// negotiates (protobuf first when native histograms are on); another format
+// (protobuf text, for debugging) goes through client_golang with
+// everything registered.
 func metricsHandler(reg *prometheus.Registry, cluster *collector.Exporter, logger *slog.Logger) http.Handler {
 	opts := promhttp.HandlerOpts{
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelError),
@@ -38,8 +41,9 @@ func metricsHandler(reg *prometheus.Registry, cluster *collector.Exporter, logge
 	slow := promhttp.HandlerFor(prometheus.Gatherers{reg, clusterReg}, opts)
 	fast := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		format := expfmt.NegotiateAccept(r.Header, acceptedFormats...)
-		openMetrics := format.FormatType() == expfmt.TypeOpenMetrics
-		if !openMetrics && format.FormatType() != expfmt.TypeTextPlain {
+		switch format.FormatType() {
+		case expfmt.TypeTextPlain, expfmt.TypeOpenMetrics, expfmt.TypeProtoDelim:
+		default:
 			slow.ServeHTTP(rw, r)
 			return
 		}
@@ -47,7 +51,7 @@ func metricsHandler(reg *prometheus.Registry, cluster *collector.Exporter, logge
 		if err != nil {
 			logger.Error("gathering the exporter's own metrics; serving what was gathered", "err", err)
 		}
-		families := cluster.TextFamilies(openMetrics)
+		families := cluster.TextFamilies(format.FormatType() == expfmt.TypeOpenMetrics)
 
 		rw.Header().Set("Content-Type", string(format))
 		var out io.Writer = rw
@@ -59,7 +63,7 @@ func metricsHandler(reg *prometheus.Registry, cluster *collector.Exporter, logge
 		}
 		w := bufio.NewWriterSize(out, 64<<10)
 		defer w.Flush()
-		if err := writeFamilies(w, self, families, openMetrics); err != nil {
+		if err := writeFamilies(w, self, families, format); err != nil {
 			logger.Debug("writing /metrics", "err", err) // the scraper went away
 		}
 	})
@@ -67,29 +71,35 @@ func metricsHandler(reg *prometheus.Registry, cluster *collector.Exporter, logge
 }
 
 // writeFamilies writes the gathered and the pre-rendered families merged in
-// name order, as Gather sorts them, and OpenMetrics' final # EOF.
-func writeFamilies(w io.Writer, gathered []*dto.MetricFamily, rendered []collector.Family, openMetrics bool) error {
+// name order, as Gather sorts them, in the format (text, OpenMetrics with
+// its final # EOF, or delimited protobuf).
+func writeFamilies(w io.Writer, gathered []*dto.MetricFamily, rendered []collector.Family, format expfmt.Format) error {
+	var encode func(*dto.MetricFamily) error
+	write := collector.Family.WriteTo
+	switch format.FormatType() {
+	case expfmt.TypeOpenMetrics:
+		encode = func(mf *dto.MetricFamily) error { _, err := expfmt.MetricFamilyToOpenMetrics(w, mf); return err }
+	case expfmt.TypeProtoDelim:
+		encode = expfmt.NewEncoder(w, format).Encode // with the negotiated name escaping
+		write = collector.Family.WriteProtoTo
+	default:
+		encode = func(mf *dto.MetricFamily) error { _, err := expfmt.MetricFamilyToText(w, mf); return err }
+	}
 	i, j := 0, 0
 	for i < len(gathered) || j < len(rendered) {
 		if j == len(rendered) || (i < len(gathered) && gathered[i].GetName() < rendered[j].Name) {
-			var err error
-			if openMetrics {
-				_, err = expfmt.MetricFamilyToOpenMetrics(w, gathered[i])
-			} else {
-				_, err = expfmt.MetricFamilyToText(w, gathered[i])
-			}
-			if err != nil {
+			if err := encode(gathered[i]); err != nil {
 				return err
 			}
 			i++
 			continue
 		}
-		if _, err := rendered[j].WriteTo(w); err != nil {
+		if _, err := write(rendered[j], w); err != nil {
 			return err
 		}
 		j++
 	}
-	if openMetrics {
+	if format.FormatType() == expfmt.TypeOpenMetrics {
 		_, err := expfmt.FinalizeOpenMetrics(w)
 		return err
 	}

@@ -47,11 +47,11 @@ func snapshot(args []string, stdout, stderr io.Writer) int {
 	}
 	clock := func() time.Time { return now }
 	ix, problems, err := offline.Build(from, cfg.trimmer(), cfg.indexConfig(clock, nil))
+	reportProblems(stderr, problems)
 	if err != nil {
 		fmt.Fprintln(stderr, "dra-exporter snapshot:", err)
 		return 1
 	}
-	reportProblems(stderr, problems)
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	out, err := collector.Render(collector.NewExporter(ix, clock, false, logger, collectors...))
 	if err != nil {

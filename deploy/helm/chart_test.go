@@ -41,6 +41,19 @@ var renders = []struct {
 	{"hostpid-nonroot-agent", []string{"nodeAgent.hostPID=true", "nodeAgent.runAsUser=65534", "nodeAgent.dcgm.hostengineAddress=nvidia-dcgm:5555"}},
 	{"no-crds", []string{"serviceMonitor.enabled=false", "prometheusRule.enabled=false", "dashboards.enabled=false", "exporter.podDisruptionBudget.enabled=false"}},
 	{"exporter-only", []string{"nodeAgent.enabled=false", "fullnameOverride=dra", "exporter.extraArgs={--pod.labels-allowlist=team}"}},
+	{"web-tls-basic-auth", webTLS(webBasicAuth("serviceMonitor.basicAuth.secretName=scrape")...)},
+	{"web-existing-secret", []string{"web.existingSecret=my-web-config", "web.tls=true", "web.tlsSecret=my-tls"}},
+}
+
+// webTLS and webBasicAuth add a web config serving TLS, asking for basic
+// auth, to the --set values.
+func webTLS(set ...string) []string {
+	return append(set, "web.config.tls_server_config.cert_file=/etc/dra-exporter/tls/tls.crt",
+		"web.config.tls_server_config.key_file=/etc/dra-exporter/tls/tls.key", "web.tlsSecret=dra-exporter-tls")
+}
+
+func webBasicAuth(set ...string) []string {
+	return append(set, "web.config.basic_auth_users.prometheus=$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi")
 }
 
 func TestLint(t *testing.T) {
@@ -457,6 +470,120 @@ func TestOptionalKindsOff(t *testing.T) {
 	want := []string{"ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"}
 	if got := kinds(objs); !slices.Equal(got, want) {
 		t.Errorf("kinds %v, want %v", got, want)
+	}
+}
+
+// TestWebConfigRender: the web config reaches both processes
+// (--web.config.file, the Secret mounted where it points), the probes pass
+// without what a kubelet cannot send (HTTPS on the metrics port with TLS
+// alone; the probe listener, plain HTTP without auth, with basic auth), and
+// the ServiceMonitors scrape as the web config asks (scheme, tlsConfig,
+// basicAuth). The e2e test TestChartWebConfig runs what this renders.
+func TestWebConfigRender(t *testing.T) {
+	type want struct {
+		secret       bool   // the chart renders the web config Secret
+		secretName   string // the Secret the pods mount
+		scheme       string // the probes' scheme ("" is HTTP)
+		probePort    string // the probes' port
+		probeFlag    bool   // --web.probe-address
+		smScheme     string
+		smInsecure   bool
+		smBasicAuth  bool
+		tlsMounted   bool
+		wantConfigIn []string
+	}
+	for _, tc := range []struct {
+		name string
+		set  []string
+		want want
+	}{
+		{"tls", webTLS(), want{secret: true, secretName: "dra-exporter-web-config", scheme: "HTTPS", probePort: "metrics", smScheme: "https",
+			smInsecure: true, tlsMounted: true, wantConfigIn: []string{"cert_file: /etc/dra-exporter/tls/tls.crt"}}},
+		{"basic-auth", webBasicAuth("serviceMonitor.basicAuth.secretName=scrape"), want{secret: true, secretName: "dra-exporter-web-config",
+			probePort: "probe", probeFlag: true, smBasicAuth: true, wantConfigIn: []string{"basic_auth_users:", "prometheus: $2y$10$"}}},
+		{"tls-basic-auth", webTLS(webBasicAuth("serviceMonitor.basicAuth.secretName=scrape", "serviceMonitor.tlsConfig.serverName=dra-exporter")...),
+			want{secret: true, secretName: "dra-exporter-web-config", probePort: "probe", probeFlag: true, smScheme: "https", smBasicAuth: true, tlsMounted: true}},
+		{"existing-secret", []string{"web.existingSecret=my-web-config", "web.tls=true", "web.basicAuth=true", "serviceMonitor.basicAuth.secretName=scrape"},
+			want{secretName: "my-web-config", probePort: "probe", probeFlag: true, smScheme: "https", smInsecure: true, smBasicAuth: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := render(t, tc.set...)
+			w := tc.want
+			secrets := byKind(objs, "Secret")
+			if w.secret != (len(secrets) == 1) {
+				t.Fatalf("%d Secrets rendered, want the web config's: %v", len(secrets), w.secret)
+			}
+			if w.secret {
+				config, _ := Get(secrets[0].Obj, "stringData", "web-config.yml").(string)
+				for _, want := range w.wantConfigIn {
+					if !strings.Contains(config, want) {
+						t.Errorf("web-config.yml lacks %q:\n%s", want, config)
+					}
+				}
+			}
+			for _, wl := range workloads(objs) {
+				c := container(t, wl)
+				a := args(c)
+				if !slices.Contains(a, "--web.config.file=/etc/dra-exporter/web/web-config.yml") {
+					t.Errorf("%s: args %v lack the web config", wl.Kind(), a)
+				}
+				probePort := float64(9879)
+				if wl.Kind() == "DaemonSet" {
+					probePort = 9880
+				}
+				if got := slices.Contains(a, fmt.Sprintf("--web.probe-address=:%v", probePort)); got != w.probeFlag {
+					t.Errorf("%s: --web.probe-address=:%v in args %v: %v, want %v", wl.Kind(), probePort, a, got, w.probeFlag)
+				}
+				ports := map[string]any{}
+				for _, p := range asList(Get(c, "ports")) {
+					ports[Get(p, "name").(string)] = Get(p, "containerPort")
+				}
+				if _, ok := ports["probe"]; ok != w.probeFlag || (ok && ports["probe"] != probePort) {
+					t.Errorf("%s: container ports %v", wl.Kind(), ports)
+				}
+				for _, probe := range []string{"readinessProbe", "livenessProbe"} {
+					get := Get(c, probe, "httpGet")
+					scheme, _ := Get(get, "scheme").(string)
+					if Get(get, "port") != w.probePort || scheme != w.scheme {
+						t.Errorf("%s %s: %v, want port %s scheme %q", wl.Kind(), probe, get, w.probePort, w.scheme)
+					}
+				}
+				mounts := map[any]any{}
+				for _, m := range asList(Get(c, "volumeMounts")) {
+					mounts[Get(m, "name")] = Get(m, "mountPath")
+				}
+				volumes := map[any]any{}
+				for _, v := range asList(Get(wl.Obj, "spec", "template", "spec", "volumes")) {
+					volumes[Get(v, "name")] = Get(v, "secret", "secretName")
+				}
+				if mounts["web-config"] != "/etc/dra-exporter/web" || volumes["web-config"] != w.secretName {
+					t.Errorf("%s: web config mounted %v from %v, want /etc/dra-exporter/web from %s", wl.Kind(), mounts["web-config"], volumes["web-config"], w.secretName)
+				}
+				if _, ok := mounts["web-tls"]; ok != w.tlsMounted {
+					t.Errorf("%s: TLS Secret mounted %v, want %v", wl.Kind(), ok, w.tlsMounted)
+				}
+			}
+			for _, sm := range byKind(objs, "ServiceMonitor") {
+				ep := asList(Get(sm.Obj, "spec", "endpoints"))[0]
+				scheme, _ := Get(ep, "scheme").(string)
+				insecure, _ := Get(ep, "tlsConfig", "insecureSkipVerify").(bool)
+				basic := Get(ep, "basicAuth", "username", "name") == "scrape" && Get(ep, "basicAuth", "password", "name") == "scrape" &&
+					Get(ep, "basicAuth", "username", "key") == "username" && Get(ep, "basicAuth", "password", "key") == "password"
+				if scheme != w.smScheme || insecure != w.smInsecure || basic != w.smBasicAuth {
+					t.Errorf("ServiceMonitor %s endpoint %v: scheme %q insecure %v basicAuth %v, want %q %v %v", sm.Name(), ep, scheme, insecure, basic, w.smScheme, w.smInsecure, w.smBasicAuth)
+				}
+			}
+		})
+	}
+
+	// Basic auth without the scrape's credentials: the ServiceMonitors could
+	// not scrape, so the rendering fails and says what to set.
+	_, err := Template(helmBinary(t), root, Release, Namespace, webBasicAuth()...)
+	if err == nil || !strings.Contains(err.Error(), "serviceMonitor.basicAuth.secretName") {
+		t.Errorf("basic auth without serviceMonitor.basicAuth.secretName renders (err %v)", err)
+	}
+	if _, err := Template(helmBinary(t), root, Release, Namespace, webBasicAuth("serviceMonitor.enabled=false")...); err != nil {
+		t.Errorf("basic auth without ServiceMonitors: %v", err)
 	}
 }
 

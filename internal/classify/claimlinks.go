@@ -60,7 +60,11 @@ func (w *walker) walkClaim(pc index.PodClaim, gated bool) {
 			w.waiting = true
 		} else if ok {
 			l := Link{Step: "claim allocated", Claim: c.Key.Name, Class: class, Reason: Unallocated}
-			l.Evidence = append([]string{"every request has free matching devices, yet the claim is unallocated: look at node resources, affinity, taints and claim constraints"}, w.schedulingEvidence()...)
+			first := "every request has free matching devices, yet the claim is unallocated: look at node resources, affinity, taints and claim constraints"
+			if w.selectorErrors {
+				first = "every request has free matching devices on a node without selector errors, but the scheduler gives up on the errors above: fix the selectors or the devices they fail on"
+			}
+			l.Evidence = append([]string{first}, w.schedulingEvidence()...)
 			w.fail(l, c, c.Key.Name)
 		}
 		return

@@ -793,6 +793,14 @@ func TestCapacityPerNode(t *testing.T) {
 	oldDriver := GPUDevice("gpu-0", "GPU-old-0")
 	delete(oldDriver.Attributes, "productName")
 	product := "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA')"
+	// A device published without the type attribute: the gpu.nvidia.com
+	// class's own selector fails on it, and so on its node.
+	untyped := GPUDevice("gpu-0", "GPU-untyped-0")
+	delete(untyped.Attributes, "type")
+	classErrorOnNode2 := func(extra ...any) []any {
+		return world(append([]any{Node("node-2", 0), Slice("node-2", "node-2", 1, untyped, GPUDevice("gpu-1", "GPU-2-1"))}, extra...)...)
+	}
+	classErrorNamed := "device gpu.nvidia.com/node-2/gpu-0 on node node-2: DeviceClass gpu.nvidia.com selector #0: CEL runtime error: no such key: type"
 
 	tests := []struct {
 		name     string
@@ -823,7 +831,24 @@ func TestCapacityPerNode(t *testing.T) {
 			[]any{GPUClass(), Node("node-1", 0), tainted("node-1", resourceapi.DeviceTaintEffectNone)}, classify.Unallocated, "2 of 2"},
 		{"selector error on node-1's device: node-2 still serves", []resourceapi.DeviceRequest{withSelectors(Request("gpu", GPUClassName), product)},
 			[]any{GPUClass(), Node("node-1", 0), Node("node-2", 0), Slice("node-1", "node-1", 1, oldDriver),
-				Slice("node-2", "node-2", 1, gpus("gpu-0")...)}, classify.Unallocated, "failed to evaluate on 1 devices"},
+				Slice("node-2", "node-2", 1, gpus("gpu-0")...)}, classify.Unallocated, "the request's selectors fail to evaluate (CEL runtime error) on 1 devices, on node-1: a node that reaches one cannot be used"},
+		// The class's own selector fails on node-2's untyped device; node-1
+		// is full: the only free GPU is on the node the error rules out.
+		{"class selector error: the free GPU is on the node it rules out", []resourceapi.DeviceRequest{Request("gpu", GPUClassName)},
+			classErrorOnNode2(holderOn("a", "node-1", "gpu-0"), holderOn("b", "node-1", "gpu-1")), classify.CapacityExhausted,
+			"1 of 3 matching devices are free, but at most 0 on one node"},
+		{"class selector error named with the capacity verdict", []resourceapi.DeviceRequest{Request("gpu", GPUClassName)},
+			classErrorOnNode2(holderOn("a", "node-1", "gpu-0"), holderOn("b", "node-1", "gpu-1")), classify.CapacityExhausted,
+			"the selectors of DeviceClass gpu.nvidia.com fail to evaluate (CEL runtime error) on 1 devices, on node-2: a node that reaches one cannot be used"},
+		{"class selector error: the device, node and CEL error", []resourceapi.DeviceRequest{Request("gpu", GPUClassName)},
+			classErrorOnNode2(holderOn("a", "node-1", "gpu-0"), holderOn("b", "node-1", "gpu-1")), classify.CapacityExhausted, classErrorNamed},
+		{"class selector error: how many free devices it takes", []resourceapi.DeviceRequest{Request("gpu", GPUClassName)},
+			classErrorOnNode2(holderOn("a", "node-1", "gpu-0"), holderOn("b", "node-1", "gpu-1")), classify.CapacityExhausted,
+			"1 of the 1 free matching devices are on those nodes"},
+		{"class selector error while node-1 still serves", []resourceapi.DeviceRequest{Request("gpu", GPUClassName)},
+			classErrorOnNode2(), classify.Unallocated, classErrorNamed},
+		{"class selector error while node-1 still serves: the scheduler gives up on it", []resourceapi.DeviceRequest{Request("gpu", GPUClassName)},
+			classErrorOnNode2(), classify.Unallocated, "but the scheduler gives up on the errors above"},
 		{"the only free GPUs are on a cordoned node", []resourceapi.DeviceRequest{Request("gpu", GPUClassName)},
 			twoNodes(holderOn("a", "node-1", "gpu-0"), holderOn("b", "node-1", "gpu-1"), cordoned("node-2")), classify.CapacityExhausted,
 			"2 matching devices are on node node-2 (cordoned)"},

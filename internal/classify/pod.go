@@ -125,6 +125,9 @@ type walker struct {
 	// waiting is set when a Wait link ends the walk (a gang member
 	// waiting for its group).
 	waiting bool
+	// selectorErrors is set when a request's class or own selectors
+	// failed to evaluate on some device (walkRequests).
+	selectorErrors bool
 	// first failure so far
 	failed *Link
 	fClaim *index.Claim

@@ -47,6 +47,9 @@ type check struct {
 	class string // the candidate's DeviceClass
 	links []Link
 	fail  Reason // "" when every link passed
+	// selectorErrors is set when the class's or the request's selectors
+	// failed to evaluate on some device.
+	selectorErrors bool
 }
 
 // walkRequests checks, for each request of an unallocated claim, that its
@@ -71,6 +74,7 @@ func (w *walker) walkRequests(c *index.Claim) (ok bool, class string) {
 		if class == "" {
 			class = best.class // for firstAvailable, the subrequest that passed or got furthest
 		}
+		w.selectorErrors = w.selectorErrors || best.selectorErrors
 		for _, l := range best.links {
 			if l.State == Fail {
 				w.fail(l, c, c.Key.Name)
@@ -121,10 +125,11 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 
 	sel := w.s.Select(class.Name, cand.selectors, cand.demand())
 	selected := sel.Devices
-	var errEv []string
-	if sel.Errors > 0 {
-		errEv = append([]string{fmt.Sprintf("the selectors failed to evaluate on %d devices; the scheduler aborts allocation on every node that reaches one", sel.Errors)}, sel.ErrorSample...)
-	}
+	errEv := selectorErrorEvidence(class.Name, sel)
+	ch.selectorErrors = sel.Errors > 0
+	// The selector errors are shown with the request's selectors when it
+	// has some, else with the free devices, whose count they change.
+	capEv := errEv
 	if sel.TooSmall > 0 {
 		errEv = append(errEv, fmt.Sprintf("the request's capacity requests (%s) exceed what %d devices have, or their request policy allows", capacityRequests(cand.capacity), sel.TooSmall))
 	}
@@ -145,6 +150,10 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 		l.State, l.Evidence = Pass, []string{fmt.Sprintf("%d of %d devices of class %s match", len(selected), len(devices), class.Name)}
 		l.Evidence = append(l.Evidence, errEv...)
 		ch.links = append(ch.links, l)
+		capEv = nil
+		if sel.FreeOnErrorNodes > 0 {
+			capEv = []string{fmt.Sprintf("%d of the free matching devices are on nodes the selector errors rule out (above)", sel.FreeOnErrorNodes)}
+		}
 	} else if sel.Nodes == 0 {
 		ev := []string{fmt.Sprintf("every node that reaches a device of class %s also reaches a device the class selectors fail on", class.Name)}
 		return failed(link("devices published for class"), NoDevicesForClass, append(ev, errEv...)...)
@@ -157,6 +166,7 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	if cand.mode == resourceapi.DeviceAllocationModeAll {
 		if !sel.AllFree {
 			ev := []string{fmt.Sprintf("allocationMode All takes every matching device reachable from one node; no node has all of them free (%d of %d matching devices are free)", sel.Free, len(selected))}
+			ev = append(ev, capEv...)
 			if w.explain {
 				ev = append(ev, holders(w.s, selected)...)
 				ev = append(ev, shortfalls(w.s, selected, cand.demand())...)
@@ -164,6 +174,7 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 			return failed(capLink, CapacityExhausted, ev...)
 		}
 		capLink.State, capLink.Evidence = Pass, []string{fmt.Sprintf("allocationMode All: every matching device reachable from %s is free", nodeName(sel.AllFreeNode))}
+		capLink.Evidence = append(capLink.Evidence, capEv...)
 		ch.links = append(ch.links, capLink)
 		return ch
 	}
@@ -171,7 +182,7 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	switch {
 	case sel.MostOnANode < need:
 		ev := []string{fmt.Sprintf("the request needs %d devices from one node, and no node reaches more than %d matching devices (%d in all): it cannot be allocated as written", need, sel.MostOnANode, len(selected))}
-		return failed(capLink, CapacityExhausted, ev...)
+		return failed(capLink, CapacityExhausted, append(ev, capEv...)...)
 	case sel.BestNodeFree < need:
 		var ev []string
 		if sel.Free >= need {
@@ -182,6 +193,10 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 		if sel.FreeEach > sel.Free {
 			ev = append(ev, fmt.Sprintf("%d matching devices are free each on its own, but they draw on the same shared counters: %d can be allocated together", sel.FreeEach, sel.Free))
 		}
+		ev = append(ev, capEv...)
+		if w.explain && sel.Errors > 0 {
+			ev = append(ev, w.schedulingEvidence()...) // the scheduler's own words for the error
+		}
 		if w.explain {
 			ev = append(ev, holders(w.s, selected)...)
 			ev = append(ev, shortfalls(w.s, selected, cand.demand())...)
@@ -189,8 +204,46 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 		return failed(capLink, CapacityExhausted, ev...)
 	}
 	capLink.State, capLink.Evidence = Pass, []string{fmt.Sprintf("%d of %d matching devices are free (%d on %s), the request needs %d", sel.Free, len(selected), sel.BestNodeFree, nodeName(sel.BestNode), need)}
+	capLink.Evidence = append(capLink.Evidence, capEv...)
 	ch.links = append(ch.links, capLink)
 	return ch
+}
+
+// selectorErrorEvidence says on how many devices the class's or the
+// request's selectors failed to evaluate, on which nodes, and a few of the
+// errors (device, node, selector, CEL error). The allocator returns such an
+// error for a node whose device it evaluates, and the scheduler's Filter
+// turns it into an error of the whole scheduling attempt, not a node
+// unschedulable: the pod stays pending with the CEL error as its
+// PodScheduled message, whatever the other nodes offer (seen on 1.37.2,
+// TestClassSelectorErrorRulesOutANode). The tree still counts the other
+// nodes' free devices, so that the verdict says what fixing the error
+// leaves: capacity_exhausted when no other node could serve the pod.
+func selectorErrorEvidence(class string, sel *index.Selection) []string {
+	if sel.Errors == 0 {
+		return nil
+	}
+	whose := fmt.Sprintf("the selectors of DeviceClass %s and of the request", class)
+	switch sel.ClassErrors {
+	case sel.Errors:
+		whose = "the selectors of DeviceClass " + class
+	case 0:
+		whose = "the request's selectors"
+	}
+	nodes := make([]string, len(sel.ErrorNodes))
+	for i, n := range sel.ErrorNodes {
+		nodes[i] = n
+		if n == "" {
+			nodes[i] = "every node (a network-attached device)"
+		}
+	}
+	ev := []string{fmt.Sprintf("%s fail to evaluate (CEL runtime error) on %d devices, on %s: a node that reaches one cannot be used, "+
+		"and the scheduler gives up the pod's scheduling attempt when it meets the error (PodScheduled=False, reason SchedulerError), even where another node fits",
+		whose, sel.Errors, summarize(nodes, "nodes"))}
+	if sel.FreeOnErrorNodes > 0 {
+		ev = append(ev, fmt.Sprintf("%d of the %d free matching devices are on those nodes", sel.FreeOnErrorNodes, sel.Free))
+	}
+	return append(ev, sel.ErrorSample...)
 }
 
 // preemptionEvidence names the lower-priority holders of the matching

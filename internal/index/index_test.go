@@ -1042,6 +1042,34 @@ func TestSelectMemoAndErrors(t *testing.T) {
 	if again := s.Select("all", sel, index.Demand{}); again != got {
 		t.Errorf("Select is not memoised")
 	}
+	if !slices.Equal(got.ErrorNodes, []string{"node-1"}) || got.FreeOnErrorNodes != 1 || got.ClassErrors != 0 {
+		t.Errorf("Select error nodes %q (%d free there, %d class errors), want node-1 with its free MIG device, no class error",
+			got.ErrorNodes, got.FreeOnErrorNodes, got.ClassErrors)
+	}
+}
+
+// The class's own selector failing on one device rules out its node for
+// every request of the class, with or without selectors of its own.
+func TestSelectClassErrorRulesOutTheNode(t *testing.T) {
+	untyped := GPUDevice("gpu-0", "GPU-untyped")
+	delete(untyped.Attributes, "type")
+	s := Build(t, index.Config{}, GPUClass(),
+		Slice("node-1", "node-1", 1, GPUDevice("gpu-0", "GPU-1-0")),
+		Slice("node-2", "node-2", 1, untyped, GPUDevice("gpu-1", "GPU-2-1"), GPUDevice("gpu-2", "GPU-2-2"))).Snapshot()
+	for _, sel := range [][]resourceapi.DeviceSelector{nil, CEL("device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA')")} {
+		got := s.Select(GPUClassName, sel, index.Demand{})
+		if got.Errors != 1 || got.ClassErrors != 1 || !slices.Equal(got.ErrorNodes, []string{"node-2"}) || got.FreeOnErrorNodes != 2 {
+			t.Errorf("selectors %v: errors %d (class %d) on %q with %d free there; want 1 class error ruling out node-2 and its 2 free GPUs",
+				sel, got.Errors, got.ClassErrors, got.ErrorNodes, got.FreeOnErrorNodes)
+		}
+		if got.Free != 3 || got.BestNode != "node-1" || got.BestNodeFree != 1 || got.Nodes != 1 {
+			t.Errorf("selectors %v: %d free, best %s with %d of %d nodes; want 3 free, best node-1 with 1, one node left", sel, got.Free, got.BestNode, got.BestNodeFree, got.Nodes)
+		}
+		want := "device gpu.nvidia.com/node-2/gpu-0 on node node-2: DeviceClass gpu.nvidia.com selector #0: CEL runtime error: no such key: type"
+		if len(got.ErrorSample) != 1 || !strings.HasPrefix(got.ErrorSample[0], want) {
+			t.Errorf("selectors %v: error sample %q, want it to start %q", sel, got.ErrorSample, want)
+		}
+	}
 }
 
 // Two classes naming one extended resource: the scheduler uses the newer,

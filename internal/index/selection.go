@@ -51,11 +51,19 @@ type Selection struct {
 	AllFree     bool
 	// Errors counts devices on which the selectors failed to evaluate; the
 	// scheduler rejects every node from which such a device is reachable
-	// (the API: "evaluation error ... allocation to abort"). Nodes counts
-	// the nodes left after that; ErrorSample holds a few messages.
-	Errors      int
-	ErrorSample []string
-	Nodes       int
+	// (the API: "evaluation error ... allocation to abort"). ClassErrors
+	// counts those on which the class's own selectors failed (the rest,
+	// the request's). ErrorNodes are the nodes so rejected, sorted ("" for
+	// a network-attached device: every node reaches it), and
+	// FreeOnErrorNodes how many of the free kept devices are on them.
+	// Nodes counts the nodes left; ErrorSample holds a few messages, each
+	// naming the device, its node and the selector.
+	Errors           int
+	ClassErrors      int
+	ErrorSample      []string
+	ErrorNodes       []string
+	FreeOnErrorNodes int
+	Nodes            int
 	// TooSmall counts devices the selectors keep whose whole capacity, or
 	// request policy, cannot serve the request's capacity.requests: they
 	// are left out of Devices, as if a selector excluded them.
@@ -198,7 +206,8 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 	// The class's own selectors failing on a device rejects its nodes too.
 	for _, d := range s.classErrors[class] {
 		res.Errors++
-		res.ErrorSample = append(res.ErrorSample, d.Key.String()+": class "+class+": "+d.ClassErrors[class])
+		res.ClassErrors++
+		res.ErrorSample = append(res.ErrorSample, errorSample(d, "DeviceClass "+class, d.ClassErrors[class]))
 		if d.Node == "" {
 			errNetwork = true
 		} else {
@@ -220,7 +229,7 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 			}
 			if err != nil {
 				res.Errors++
-				res.ErrorSample = append(res.ErrorSample, d.Key.String()+": "+err.Error())
+				res.ErrorSample = append(res.ErrorSample, errorSample(d, "request", err.Error()))
 				if d.Node == "" {
 					errNetwork = true
 				} else {
@@ -277,7 +286,16 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 		res.freeOn[node] = t.free
 	}
 	res.networkFree = network.free
+	for node := range errNodes {
+		res.ErrorNodes = append(res.ErrorNodes, node)
+		if t := byNode[node]; t != nil {
+			res.FreeOnErrorNodes += t.free
+		}
+	}
+	slices.Sort(res.ErrorNodes)
 	if errNetwork {
+		res.ErrorNodes = append([]string{""}, res.ErrorNodes...)
+		res.FreeOnErrorNodes = res.Free
 		return res // every node reaches a device the selectors fail on
 	}
 	// Nodes that only reach network-attached devices (no local device of
@@ -305,6 +323,16 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 		consider("", nodeTally{})
 	}
 	return res
+}
+
+// errorSample is one line of Selection.ErrorSample: the device, where it
+// is, whose selectors failed and the CEL error.
+func errorSample(d *Device, whose, msg string) string {
+	where := "node " + d.Node
+	if d.Node == "" {
+		where = "a network-attached pool"
+	}
+	return fmt.Sprintf("device %s on %s: %s %s", d.Key, where, whose, msg)
 }
 
 // jointCount returns how many of the devices (each available on its own,

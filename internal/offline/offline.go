@@ -4,18 +4,33 @@
 package offline
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
 )
 
+// ErrNothingRead is Build's error when the files hold no object of a kind
+// the exporter reads: an empty exposition would read as a healthy cluster.
+var ErrNothingRead = errors.New("no object dra-exporter reads (DeviceClass, ResourceSlice, ResourceClaim, DeviceTaintRule, Pod, Node, Event) could be read")
+
 // Build reads the files into a new index. Objects are trimmed exactly as the
 // informers trim them, and added as not live (no latencies are observed).
+// The objects it skipped are returned with the error when none was read
+// (ErrNothingRead), so that the caller can say why.
 func Build(paths []string, trimmer objects.Trimmer, cfg index.Config) (*index.Index, []objects.Problem, error) {
 	objs, problems, err := objects.LoadFiles(paths)
 	if err != nil {
 		return nil, nil, err
+	}
+	if len(objs) == 0 {
+		why := "the files hold no object"
+		if len(problems) > 0 {
+			why = fmt.Sprintf("%d objects skipped, listed above", len(problems))
+		}
+		return nil, problems, fmt.Errorf("%w from %s (%s)", ErrNothingRead, strings.Join(paths, ", "), why)
 	}
 	ix := index.New(cfg)
 	for _, obj := range objs {

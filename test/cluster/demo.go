@@ -9,6 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
+
+	"github.com/dra-exporter/dra-exporter/internal/nvidia"
 )
 
 // DemoNodes are the simulated nodes of the demo: two DRA nodes with four
@@ -42,7 +44,8 @@ func SeedDemo(ctx context.Context, c kubernetes.Interface, ns string) error {
 		return err
 	}
 	templates := []*resourceapi.ResourceClaimTemplate{
-		ClaimTemplate(ns, "llm-gpu", GPUClass),
+		// The LLM pods take H100s: the L4 workers below need both L4s.
+		ClaimTemplate(ns, "llm-gpu", GPUClass, fmt.Sprintf("device.attributes['gpu.nvidia.com'].productName == %q", nvidia.H100)),
 		ClaimTemplate(ns, "b200", GPUClass, "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"),
 		ClaimTemplate(ns, "l4", GPUClass, "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA L4'"),
 		ClaimTemplate(ns, "typo", "gpu.nvidia.co"),

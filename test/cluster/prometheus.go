@@ -33,7 +33,7 @@ type Prometheus struct {
 type PrometheusOptions struct {
 	Binary   string
 	Dir      string
-	Target   string        // host:port of the exporter
+	Target   string        // host:port of the exporter (job dra-exporter); empty: no such job
 	Interval time.Duration // scrape and rule evaluation interval
 	// RuleFiles are copied into Dir; when ZeroFor is set every `for:`
 	// duration is rewritten to 0s, so a test checks the expressions and
@@ -53,36 +53,74 @@ type ScrapeJob struct {
 	// HonorLabels keeps the target's namespace and pod labels (the node
 	// agents' series carry the GPU holder's).
 	HonorLabels bool
+	// Scheme is http (empty) or https; CAFile, ServerName and
+	// InsecureSkipVerify are its tls_config.
+	Scheme             string
+	CAFile             string
+	ServerName         string
+	InsecureSkipVerify bool
+	// BasicAuthUser and BasicAuthPasswordFile are its basic_auth.
+	BasicAuthUser         string
+	BasicAuthPasswordFile string
 	// BearerToken scrapes over HTTPS with this token, without verifying the
-	// server's certificate (a real kubelet's /metrics).
+	// server's certificate unless CAFile is set (a real kubelet's /metrics).
 	BearerToken string
+	// ScrapeProtocols are the formats Prometheus asks for, in order
+	// (e.g. PrometheusProto, OpenMetricsText1.0.0); empty: its default.
+	ScrapeProtocols []string
 	// Labels are added to every series of the job's targets.
 	Labels map[string]string
 }
 
-// config is the job's entry of scrape_configs.
+// config is the job's scrape_configs entry.
 func (j ScrapeJob) config() string {
 	targets := j.Targets
 	if j.Target != "" {
 		targets = append([]string{j.Target}, targets...)
 	}
-	out := fmt.Sprintf("- job_name: %q\n  honor_labels: %t\n", j.Name, j.HonorLabels)
+	c := fmt.Sprintf("- job_name: %q\n  honor_labels: %t\n", j.Name, j.HonorLabels)
+	scheme, insecure := j.Scheme, j.InsecureSkipVerify
 	if j.BearerToken != "" {
-		out += fmt.Sprintf("  scheme: https\n  authorization:\n    credentials: %q\n  tls_config:\n    insecure_skip_verify: true\n", j.BearerToken)
+		if scheme == "" {
+			scheme = "https"
+		}
+		insecure = insecure || j.CAFile == ""
+		c += fmt.Sprintf("  authorization:\n    credentials: %q\n", j.BearerToken)
 	}
-	out += fmt.Sprintf("  static_configs:\n  - targets: [%s]\n", quotedList(targets))
+	if scheme != "" {
+		c += fmt.Sprintf("  scheme: %s\n", scheme)
+	}
+	if j.CAFile != "" || j.ServerName != "" || insecure {
+		c += "  tls_config:\n"
+		if j.CAFile != "" {
+			c += fmt.Sprintf("    ca_file: %q\n", j.CAFile)
+		}
+		if j.ServerName != "" {
+			c += fmt.Sprintf("    server_name: %q\n", j.ServerName)
+		}
+		if insecure {
+			c += "    insecure_skip_verify: true\n"
+		}
+	}
+	if j.BasicAuthUser != "" {
+		c += fmt.Sprintf("  basic_auth:\n    username: %q\n    password_file: %q\n", j.BasicAuthUser, j.BasicAuthPasswordFile)
+	}
+	if len(j.ScrapeProtocols) > 0 {
+		c += fmt.Sprintf("  scrape_protocols: [%s]\n", strings.Join(j.ScrapeProtocols, ", "))
+	}
+	c += fmt.Sprintf("  static_configs:\n  - targets: [%s]\n", quotedList(targets))
 	if len(j.Labels) > 0 {
 		keys := make([]string, 0, len(j.Labels))
 		for k := range j.Labels {
 			keys = append(keys, k)
 		}
 		sort.Strings(keys)
-		out += "    labels:\n"
+		c += "    labels:\n"
 		for _, k := range keys {
-			out += fmt.Sprintf("      %s: %q\n", k, j.Labels[k])
+			c += fmt.Sprintf("      %s: %q\n", k, j.Labels[k])
 		}
 	}
-	return out
+	return c
 }
 
 var forLine = regexp.MustCompile(`(?m)^(\s*)for:\s*\S+\s*$`)
@@ -116,7 +154,9 @@ func StartPrometheus(ctx context.Context, o PrometheusOptions) (*Prometheus, err
 rule_files:
 %s
 scrape_configs:
-- job_name: dra-exporter
+`, interval, interval, yamlList(ruleGlobs))
+	if o.Target != "" {
+		config += fmt.Sprintf(`- job_name: dra-exporter
   # The exporter's namespace and pod labels name workloads: they must win
   # over the target labels service discovery adds (a ServiceMonitor adds
   # namespace and pod of the exporter itself, as these static labels do).
@@ -126,7 +166,8 @@ scrape_configs:
     labels:
       namespace: dra-exporter
       pod: dra-exporter-5f7d8c9b6-x2x7q
-`, interval, interval, yamlList(ruleGlobs), o.Target)
+`, o.Target)
+	}
 	for _, j := range o.ExtraJobs {
 		config += j.config()
 	}

@@ -44,7 +44,8 @@ const (
 // TestDeployApply applies what users apply, the README's kubectl path
 // (deploy/manifests and deploy/prometheus, the chart with default values) and
 // a non-default rendering of the chart (three shards, hostPID, a non-root
-// agent, a standalone host engine), to the real kube-apiserver with the
+// agent, a standalone host engine, a web config with TLS and basic auth), to
+// the real kube-apiserver with the
 // prometheus-operator CRDs installed: server-side apply with strict field
 // validation, so an unknown or mistyped field fails. The sharded exporter
 // goes into a namespace that enforces the restricted Pod Security level, and
@@ -92,6 +93,24 @@ func TestDeployApply(t *testing.T) {
 		a.apply(ctx, t, o.Obj)
 	}
 
+	// ... and the web config (TLS and basic auth): its Secret, the mounts,
+	// the probe port and the ServiceMonitors' scheme, tlsConfig and basicAuth
+	// pass the real schemas.
+	const webNS = "dra-deploy-web"
+	createLabelledNamespace(ctx, t, webNS, map[string]string{"pod-security.kubernetes.io/enforce": "restricted"})
+	objs, err = helm.Template(helmBin, repoPath("."), "dra-web", webNS,
+		"web.config.tls_server_config.cert_file=/etc/dra-exporter/tls/tls.crt", "web.config.tls_server_config.key_file=/etc/dra-exporter/tls/tls.key",
+		"web.config.basic_auth_users.prometheus=$2y$10$QOauhQNbBCuQDKes6eFzPeMqBSjb7Mr5DUmpZ/VcEd00UAV/LDeSi", "web.tlsSecret=dra-exporter-tls",
+		"serviceMonitor.basicAuth.secretName=dra-exporter-scrape", "serviceMonitor.tlsConfig.ca.secret.name=dra-exporter-tls",
+		"serviceMonitor.tlsConfig.ca.secret.key=ca.crt", "serviceMonitor.tlsConfig.serverName=dra-web-dra-exporter."+webNS+".svc",
+		"nodeAgent.enabled=false", "dashboards.enabled=false", "prometheusRule.enabled=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		a.apply(ctx, t, o.Obj)
+	}
+
 	err = cluster.WaitFor(ctx, 60*time.Second, "the StatefulSet's 3 pods in the restricted namespace", func(ctx context.Context) (bool, error) {
 		pods, err := env.cp.Client.CoreV1().Pods(restricted).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=exporter"})
 		if err != nil {
@@ -110,7 +129,7 @@ func TestDeployApply(t *testing.T) {
 	if got := strings.Join(pod.Spec.Containers[0].Args, " "); !strings.Contains(got, "--auto-sharding --total-shards=3") {
 		t.Errorf("shard pod args %q", got)
 	}
-	for _, ns := range []string{restricted, agentNS} {
+	for _, ns := range []string{restricted, agentNS, webNS} {
 		_ = env.cp.Client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-exporter/dra-exporter/internal/nvidia"
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 )
 
@@ -89,7 +90,9 @@ func TestPodGroupClaim(t *testing.T) {
 	ctx := context.Background()
 	ns := namespace(t, "e2e-podgroup-claim")
 	c := env.cp.Client
-	shared := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ring-gpu"}, Spec: cluster.ClaimSpec(cluster.GPUClass)}
+	// An H100: the L4s of gpu-node-3 are what the capacity tests count.
+	shared := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ring-gpu"},
+		Spec: cluster.ClaimSpec(cluster.GPUClass, fmt.Sprintf("device.attributes['gpu.nvidia.com'].productName == %q", nvidia.H100))}
 	if _, err := c.ResourceV1().ResourceClaims(ns).Create(ctx, shared, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +103,11 @@ func TestPodGroupClaim(t *testing.T) {
 	if _, err := c.SchedulingV1beta1().PodGroups(ns).Create(ctx, group, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create a PodGroup with a claim (DRAWorkloadResourceClaims): %v", err)
 	}
+	// The claim is reserved for the group: it is released only once the
+	// group is gone (before the namespace's cleanup deletes the claims).
+	t.Cleanup(func() {
+		_ = c.SchedulingV1beta1().PodGroups(ns).Delete(context.Background(), group.Name, metav1.DeleteOptions{})
+	})
 	members := []string{"ring-0", "ring-1"}
 	for _, name := range members {
 		p := cluster.PodWithClaim(ns, name, shared.Name)

@@ -79,3 +79,81 @@ runAsUser: {{ . }}
 runAsGroup: {{ . }}
 {{- end }}
 {{- end -}}
+
+{{/*
+The exporter-toolkit web config (TLS, basic auth) of both processes: from
+web.existingSecret, or rendered from web.config into a Secret of the chart.
+webTLS and webBasicAuth say what it asks for ("true" or ""): web.tls and
+web.basicAuth, or, for a config the chart renders, its own keys.
+*/}}
+{{- define "dra-exporter.webEnabled" -}}
+{{- if or .Values.web.existingSecret .Values.web.config }}true{{ end -}}
+{{- end -}}
+
+{{- define "dra-exporter.webSecretName" -}}
+{{- default (printf "%s-web-config" (include "dra-exporter.fullname" .) | trunc 63 | trimSuffix "-") .Values.web.existingSecret -}}
+{{- end -}}
+
+{{- define "dra-exporter.webTLS" -}}
+{{- if or .Values.web.tls (and (not .Values.web.existingSecret) (hasKey (.Values.web.config | default dict) "tls_server_config")) }}true{{ end -}}
+{{- end -}}
+
+{{- define "dra-exporter.webBasicAuth" -}}
+{{- if or .Values.web.basicAuth (and (not .Values.web.existingSecret) (hasKey (.Values.web.config | default dict) "basic_auth_users")) }}true{{ end -}}
+{{- end -}}
+
+{{/* The web config's arguments (when web is enabled); pass (dict "ctx" $ "probePort" N). */}}
+{{- define "dra-exporter.webArgs" -}}
+- --web.config.file=/etc/dra-exporter/web/web-config.yml
+{{- if include "dra-exporter.webBasicAuth" .ctx }}
+# A kubelet probe cannot send basic auth: /healthz and /readyz also answer,
+# in plain HTTP and without auth (nothing else), on the probe port.
+- --web.probe-address=:{{ .probePort }}
+{{- end }}
+{{- end -}}
+
+{{/* The probe port as a container port (with basic auth); pass (dict "ctx" $ "probePort" N). */}}
+{{- define "dra-exporter.probePort" -}}
+- name: probe
+  containerPort: {{ .probePort }}
+  protocol: TCP
+{{- end -}}
+
+{{/*
+Where the probes go: port and scheme lines of an httpGet. With basic auth,
+the probe port (plain HTTP, no auth); with TLS alone, HTTPS on the metrics
+port (the kubelet does not verify the certificate).
+*/}}
+{{- define "dra-exporter.probeTarget" -}}
+{{- if and (include "dra-exporter.webEnabled" .) (include "dra-exporter.webBasicAuth" .) -}}
+port: probe
+{{- else -}}
+port: metrics
+{{- if and (include "dra-exporter.webEnabled" .) (include "dra-exporter.webTLS" .) }}
+scheme: HTTPS
+{{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* The web config's volume mounts and volumes (when web is enabled). */}}
+{{- define "dra-exporter.webMounts" -}}
+- name: web-config
+  mountPath: /etc/dra-exporter/web
+  readOnly: true
+{{- if .Values.web.tlsSecret }}
+- name: web-tls
+  mountPath: /etc/dra-exporter/tls
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "dra-exporter.webVolumes" -}}
+- name: web-config
+  secret:
+    secretName: {{ include "dra-exporter.webSecretName" . }}
+{{- if .Values.web.tlsSecret }}
+- name: web-tls
+  secret:
+    secretName: {{ .Values.web.tlsSecret }}
+{{- end }}
+{{- end -}}
