@@ -28,9 +28,11 @@ type Gate struct {
 const ProbeRetry = time.Second
 
 // maxGateWait bounds a wait at the gate, in case nothing opens it (no
-// probe, or a probe that cannot tell): the call is then retried anyway,
-// as the reflector would.
-const maxGateWait = 30 * time.Second
+// probe, or an API server whose /readyz never says 200): the call is then
+// retried anyway, as the reflector would. It is long: a call let go while
+// the API server is still starting meets 403 (its RBAC caches are not
+// filled yet) and client-go's backoff.
+const maxGateWait = 2 * time.Minute
 
 // NewGate returns an open gate.
 func NewGate() *Gate {

@@ -49,10 +49,12 @@ func classifyProbe(err error) probeOutcome {
 // every identity (system:public-info-viewer), but not with a token the API
 // server rejects: a 401 or 403 is logged as such, not as unreachable.
 //
-// dra_exporter_apiserver_up is 1 only on a 200. The gate opens on any
-// answer (the informers' own calls then meet what the API server says, and
-// client-go backs off on errors that are not about reaching it) and closes
-// only when there is none.
+// dra_exporter_apiserver_up is 1 only on a 200. The gate closes when there
+// is no answer and opens on a 200 only: an API server that restarts
+// answers /readyz with 403, then 500, until its RBAC caches are filled and
+// its post-start hooks done, and meanwhile refuses requests it will allow
+// (informers let go then would meet 403 and client-go's backoff). A gate
+// nothing opens lets calls go after maxGateWait anyway.
 func Probe(ctx context.Context, client rest.Interface, rec ProbeRecorder, interval time.Duration, logger *slog.Logger, gate *Gate) {
 	last := probeReady
 	check := func() {
@@ -65,9 +67,10 @@ func Probe(ctx context.Context, client rest.Interface, rec ProbeRecorder, interv
 		outcome := classifyProbe(err)
 		rec.APIServerUp(outcome == probeReady)
 		if gate != nil {
-			if outcome == probeUnreachable {
+			switch outcome {
+			case probeUnreachable:
 				gate.Close()
-			} else {
+			case probeReady:
 				gate.Open()
 			}
 		}
@@ -78,7 +81,7 @@ func Probe(ctx context.Context, client rest.Interface, rec ProbeRecorder, interv
 			case probeNotReady:
 				logger.Warn("API server answers but is not ready; serving the last known state", "err", err)
 			case probeRejected:
-				logger.Error("API server rejects the exporter's credentials (check the token and its RBAC); serving the last known state", "err", err)
+				logger.Warn("API server refuses the exporter's credentials (a wrong or expired token, RBAC, or an API server still starting); serving the last known state", "err", err)
 			case probeUnreachable:
 				logger.Warn("API server unreachable; serving the last known state", "err", err)
 			}
@@ -107,7 +110,7 @@ func Probe(ctx context.Context, client rest.Interface, rec ProbeRecorder, interv
 		}
 		check()
 		next := interval
-		if last == probeUnreachable {
+		if last == probeUnreachable || (gate != nil && !gate.IsOpen()) {
 			next = min(interval, ProbeRetry)
 		}
 		t.Reset(next)

@@ -109,7 +109,7 @@ func TestProbeRejectedTokenAndGate(t *testing.T) {
 	mode.Store(1)
 	go Probe(ctx, client.Discovery().RESTClient(), rec, 20*time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)), gate)
 	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(logs.String(), "rejects the exporter's credentials") {
+	for !strings.Contains(logs.String(), "refuses the exporter's credentials") {
 		if time.Now().After(deadline) {
 			t.Fatalf("no rejection logged:\n%s", logs)
 		}
@@ -119,7 +119,7 @@ func TestProbeRejectedTokenAndGate(t *testing.T) {
 		t.Errorf("a rejected token logged as unreachable:\n%s", logs)
 	}
 	if !gate.IsOpen() {
-		t.Error("gate closed although the API server answers")
+		t.Error("a 401 closed the gate: it is not about reaching the API server")
 	}
 	if up, _ := rec.last(); up {
 		t.Error("apiserver_up is 1 on a 401")

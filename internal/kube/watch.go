@@ -246,10 +246,7 @@ func (lw *gatedLW) WatchWithContext(ctx context.Context, opts metav1.ListOptions
 	for {
 		w, err := lw.inner.WatchWithContext(ctx, opts)
 		if err == nil {
-			if !initial {
-				lw.rw.streamOpen()
-			}
-			return observe(w, lw.rw, initial), nil
+			return observe(w, lw.rw, initial, lw.done), nil
 		}
 		if !lw.retry(ctx, lw.rw.failedWith("watch", err)) {
 			return nil, err
@@ -267,6 +264,12 @@ func (lw *gatedLW) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 	return lw.WatchWithContext(context.Background(), opts)
 }
 
+// resumeGrace is how long a watch resumed from a resourceVersion must
+// stay open, without an event, before the resource counts as current: an
+// API server that no longer has the events since then (410 Gone) opens
+// the watch and sends the error as its first event.
+const resumeGrace = 500 * time.Millisecond
+
 // observedWatch passes a watch's events on, noting the end of a watch
 // list's initial objects, error events (410 Gone) and the end of the
 // stream.
@@ -277,20 +280,33 @@ type observedWatch struct {
 	once  sync.Once
 }
 
-func observe(w watch.Interface, rw *resourceWatch, initial bool) watch.Interface {
+// observe wraps a watch. A watch list (initial) opens the stream when its
+// initial objects are all in; a resumed watch at its first event that is
+// not an error, or after resumeGrace without one.
+func observe(w watch.Interface, rw *resourceWatch, initial bool, done <-chan struct{}) watch.Interface {
 	ow := &observedWatch{inner: w, out: make(chan watch.Event), stop: make(chan struct{})}
-	go ow.run(rw, initial)
+	go ow.run(rw, initial, done)
 	return ow
 }
 
-func (w *observedWatch) run(rw *resourceWatch, initial bool) {
+func (w *observedWatch) run(rw *resourceWatch, initial bool, done <-chan struct{}) {
 	defer close(w.out)
 	in := w.inner.ResultChan()
+	var grace <-chan time.Time
+	if !initial {
+		t := time.NewTimer(resumeGrace)
+		defer t.Stop()
+		grace = t.C
+	}
 	for {
 		var ev watch.Event
 		var ok bool
 		select {
 		case ev, ok = <-in:
+		case <-grace:
+			grace = nil
+			rw.streamOpen()
+			continue
 		case <-w.stop:
 			rw.streamClosed()
 			return
@@ -301,13 +317,24 @@ func (w *observedWatch) run(rw *resourceWatch, initial bool) {
 		}
 		switch ev.Type {
 		case watch.Error:
-			rw.failedWith("watch", apierrors.FromObject(ev.Object))
+			grace = nil
+			select {
+			case <-done:
+				// Shutting down: the stream's "context canceled".
+			default:
+				rw.failedWith("watch", apierrors.FromObject(ev.Object))
+			}
 		case watch.Bookmark:
 			if initial {
 				if m, err := meta.Accessor(ev.Object); err == nil && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 					// The reflector applies the list it received now.
 					rw.streamOpen()
 				}
+			}
+		default:
+			if grace != nil {
+				grace = nil
+				rw.streamOpen()
 			}
 		}
 		select {

@@ -218,12 +218,22 @@ func (cp *ControlPlane) StartControllerManager(ctx context.Context) error {
 // StartAPIServer starts kube-apiserver (again, after StopAPIServer) on the
 // same port, over the same etcd.
 func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
+	if err := cp.spawnAPIServer("kube-apiserver", cp.ports["apiserver"], filepath.Join(cp.Dir, "certs")); err != nil {
+		return err
+	}
+	return cp.waitHTTP(ctx, "kube-apiserver", cp.APIServer+"/readyz", adminToken)
+}
+
+// spawnAPIServer starts a kube-apiserver process named name on port, with
+// its serving certificate in certDir (made there the first time) and the
+// control plane's tokens and service-account keys.
+func (cp *ControlPlane) spawnAPIServer(name string, port int, certDir string) error {
 	certs := filepath.Join(cp.Dir, "certs")
-	if err := cp.spawn("kube-apiserver",
+	return cp.spawnBinary(name, "kube-apiserver",
 		"--etcd-servers="+cp.etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(cp.ports["apiserver"]),
-		"--cert-dir="+certs,
+		"--secure-port="+strconv.Itoa(port),
+		"--cert-dir="+certDir,
 		"--token-auth-file="+filepath.Join(certs, "tokens.csv"),
 		"--service-account-key-file="+filepath.Join(certs, "sa.pub"),
 		"--service-account-signing-key-file="+filepath.Join(certs, "sa.key"),
@@ -236,10 +246,7 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		"--feature-gates="+FeatureGates,
 		"--runtime-config=scheduling.k8s.io/v1beta1=true",
 		"--v=1",
-	); err != nil {
-		return err
-	}
-	return cp.waitHTTP(ctx, "kube-apiserver", cp.APIServer+"/readyz", adminToken)
+	)
 }
 
 // StopAPIServer stops kube-apiserver: every client loses the cluster.
@@ -304,12 +311,18 @@ func WriteKubeconfig(path, server, caFile, token string) error {
 func (cp *ControlPlane) CAFile() string { return filepath.Join(cp.Dir, "certs", "apiserver.crt") }
 
 func (cp *ControlPlane) spawn(name string, args ...string) error {
+	return cp.spawnBinary(name, name, args...)
+}
+
+// spawnBinary starts the binary under another name (a replica of a
+// component), logging to name.log.
+func (cp *ControlPlane) spawnBinary(name, binary string, args ...string) error {
 	logPath := filepath.Join(cp.Dir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(cp.BinDir, name), args...)
+	cmd := exec.Command(filepath.Join(cp.BinDir, binary), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The processes die with the test binary, even when it is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -346,11 +359,24 @@ func (cp *ControlPlane) stop(name string) {
 	}
 }
 
-// Stop stops every process, the API server's clients first.
+// Stop stops every process, the API server's clients first and etcd
+// last.
 func (cp *ControlPlane) Stop() {
-	for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd"} {
+	for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kube-apiserver"} {
 		cp.stop(name)
 	}
+	cp.mu.Lock()
+	var others []string
+	for name := range cp.procs {
+		if name != "etcd" {
+			others = append(others, name)
+		}
+	}
+	cp.mu.Unlock()
+	for _, name := range others {
+		cp.stop(name)
+	}
+	cp.stop("etcd")
 }
 
 // waitHTTP polls a health endpoint until it answers 200, failing early when
