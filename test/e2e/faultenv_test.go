@@ -1,6 +1,6 @@
 package e2e
 
-// The harness of the fault-injection tests (faults_test.go) and the soak
+// The harness of the fault-injection tests (zfaults_test.go) and the soak
 // (soak_test.go): an API server replica over the control plane's etcd that
 // an exporter under test talks to, so that killing it cuts that exporter
 // off while the scheduler, the controllers and the test go on writing
@@ -102,8 +102,8 @@ type scrape struct {
 // scraper scrapes an exporter every interval, as Prometheus would, and
 // keeps every scrape.
 type scraper struct {
-	mu    sync.Mutex
-	got   []scrape
+	mu       sync.Mutex
+	got      []scrape
 	stop     chan struct{}
 	stopOnce sync.Once
 	done     chan struct{}

@@ -1,5 +1,10 @@
 package e2e
 
+// The fault-injection tests. The file is named to run after the other e2e
+// tests (go test runs files in name order): it kills and restarts API
+// servers and compacts etcd, after which the control plane's own caches
+// take a moment to settle.
+
 import (
 	"context"
 	"fmt"
@@ -297,11 +302,11 @@ func TestFaultExporterRestart(t *testing.T) {
 	api, kubeconfig := faultAPI(t)
 	old := startFaultExporter(t, "restart-old", kubeconfig)
 	runningPods(t, ns, "old-0", "old-1")
-	oldScrape := eventuallyOn(t, old, waitMetric, "the old pods observed", func(m cluster.Metrics) error {
+	oldScrape := eventuallyOn(t, old, waitMetric, "the old pods running", func(m cluster.Metrics) error {
 		if n := len(m.Find("dra_claim_reserved_for_info", map[string]string{"namespace": ns})); n != 2 {
 			return fmt.Errorf("%d reservations", n)
 		}
-		return nil
+		return none(m, "dra_pod_blocked", map[string]string{"namespace": ns})
 	})
 	oldSeries := stateSeries(oldScrape)
 	old.Stop()
