@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -38,6 +39,21 @@ func (r *upRecorder) last() (bool, int) {
 	return r.ups[len(r.ups)-1], len(r.ups)
 }
 
+// startProbe runs Probe against the server every 20 ms until the test
+// ends, logging to logs.
+func startProbe(t *testing.T, srv *httptest.Server, logs io.Writer, gate *Gate) *upRecorder {
+	t.Helper()
+	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &upRecorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go Probe(ctx, client.Discovery().RESTClient(), rec, 20*time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)), gate)
+	return rec
+}
+
 // The probe follows /readyz: 200 is up, an error status or no answer is down.
 func TestProbe(t *testing.T) {
 	var healthy atomic.Bool
@@ -53,14 +69,7 @@ func TestProbe(t *testing.T) {
 		_, _ = w.Write([]byte("ok"))
 	}))
 	defer srv.Close()
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &upRecorder{}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go Probe(ctx, client.Discovery().RESTClient(), rec, 20*time.Millisecond, slog.New(slog.DiscardHandler), nil)
+	rec := startProbe(t, srv, io.Discard, nil)
 
 	waitFor := func(want bool) {
 		t.Helper()
@@ -97,17 +106,10 @@ func TestProbeRejectedTokenAndGate(t *testing.T) {
 		_, _ = w.Write([]byte("ok"))
 	}))
 	defer srv.Close()
-	client, err := kubernetes.NewForConfig(&rest.Config{Host: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &upRecorder{}
 	logs := &syncBuffer{}
 	gate := NewGate()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	mode.Store(1)
-	go Probe(ctx, client.Discovery().RESTClient(), rec, 20*time.Millisecond, slog.New(slog.NewTextHandler(logs, nil)), gate)
+	rec := startProbe(t, srv, logs, gate)
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(logs.String(), "refuses the exporter's credentials") {
 		if time.Now().After(deadline) {

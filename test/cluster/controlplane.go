@@ -342,11 +342,18 @@ func (cp *ControlPlane) spawnBinary(name, binary string, args ...string) error {
 	return nil
 }
 
-func (cp *ControlPlane) stop(name string) {
+// take removes a component from the running ones and returns it (nil when
+// it is not running).
+func (cp *ControlPlane) take(name string) *process {
 	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	p := cp.procs[name]
 	delete(cp.procs, name)
-	cp.mu.Unlock()
+	return p
+}
+
+func (cp *ControlPlane) stop(name string) {
+	p := cp.take(name)
 	if p == nil {
 		return
 	}

@@ -103,15 +103,10 @@ func (r *APIServerReplica) Kubeconfig(from string) (string, error) {
 
 // kill ends a component with SIGKILL and waits for it.
 func (cp *ControlPlane) kill(name string) {
-	cp.mu.Lock()
-	p := cp.procs[name]
-	delete(cp.procs, name)
-	cp.mu.Unlock()
-	if p == nil {
-		return
+	if p := cp.take(name); p != nil {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
 	}
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-	<-p.done
 }
 
 // Revision returns etcd's current revision: the resourceVersion of the

@@ -67,8 +67,8 @@ func TestFaultAPIServerOutage(t *testing.T) {
 	sc := startScraper(exp, time.Second)
 	defer sc.Stop()
 	sc.waitScrape(t, time.Now(), time.Minute, "the namespace's pods running and current", func(m cluster.Metrics) error {
-		if n := len(m.Find("dra_claim_reserved_for_info", map[string]string{"namespace": ns})); n != 4 {
-			return fmt.Errorf("%d reservations in %s, want 4", n, ns)
+		if err := reservedIn(m, ns, 4); err != nil {
+			return err
 		}
 		if err := none(m, "dra_pod_blocked", map[string]string{"namespace": ns}); err != nil {
 			return err
@@ -93,8 +93,8 @@ func TestFaultAPIServerOutage(t *testing.T) {
 	after := []string{"after-0", "after-1"}
 	runningPods(t, ns, after...)
 	settled := sc.waitScrape(t, ready, 90*time.Second, "the cluster's state after the return", func(m cluster.Metrics) error {
-		if n := len(m.Find("dra_claim_reserved_for_info", map[string]string{"namespace": ns})); n != 6 {
-			return fmt.Errorf("%d reservations in %s, want 6", n, ns)
+		if err := reservedIn(m, ns, 6); err != nil {
+			return err
 		}
 		return none(m, "dra_pod_blocked", map[string]string{"namespace": ns})
 	})
@@ -178,12 +178,7 @@ func TestFaultAPIServerOutage(t *testing.T) {
 	}
 	waitAlert(t, prom, "DRAExporterWatchStale", nil, false)
 
-	diff, took := compareWithFresh(t, exp, "outage", 30*time.Second)
-	if diff != "" {
-		t.Errorf("series differ from a fresh exporter's after %s:\n%s", took.Round(time.Millisecond), diff)
-	} else {
-		t.Logf("series equal a fresh exporter's (%s after the last change settled)", took.Round(time.Millisecond))
-	}
+	equalsFresh(t, exp, "outage")
 }
 
 // etcd is compacted while the exporter's API server is down, and the API
@@ -205,8 +200,8 @@ func TestFaultCompactionRelist(t *testing.T) {
 	runningPods(t, ns, "live-0", "live-1")
 	allocated := map[string]string{"device_class": cluster.GPUClass}
 	eventuallyOn(t, exp, waitMetric, "the live pods observed", func(m cluster.Metrics) error {
-		if n := len(m.Find("dra_claim_reserved_for_info", map[string]string{"namespace": ns})); n != 2 {
-			return fmt.Errorf("%d reservations in %s", n, ns)
+		if err := reservedIn(m, ns, 2); err != nil {
+			return err
 		}
 		return allWatching(m)
 	})
@@ -232,8 +227,8 @@ func TestFaultCompactionRelist(t *testing.T) {
 		if err := allWatching(m); err != nil {
 			return err
 		}
-		if n := len(m.Find("dra_claim_reserved_for_info", map[string]string{"namespace": ns})); n != 4 {
-			return fmt.Errorf("%d reservations in %s", n, ns)
+		if err := reservedIn(m, ns, 4); err != nil {
+			return err
 		}
 		return nil
 	})
@@ -284,10 +279,7 @@ func TestFaultCompactionRelist(t *testing.T) {
 			t.Errorf("%s: %v observations, %v after another relist: observed twice", f, a, b)
 		}
 	}
-	diff, took := compareWithFresh(t, exp, "compact", 30*time.Second)
-	if diff != "" {
-		t.Errorf("series differ from a fresh exporter's after %s:\n%s", took.Round(time.Millisecond), diff)
-	}
+	equalsFresh(t, exp, "compact")
 }
 
 // The exporter restarts mid-scenario, and its API server is down while it
@@ -303,8 +295,8 @@ func TestFaultExporterRestart(t *testing.T) {
 	old := startFaultExporter(t, "restart-old", kubeconfig)
 	runningPods(t, ns, "old-0", "old-1")
 	oldScrape := eventuallyOn(t, old, waitMetric, "the old pods running", func(m cluster.Metrics) error {
-		if n := len(m.Find("dra_claim_reserved_for_info", map[string]string{"namespace": ns})); n != 2 {
-			return fmt.Errorf("%d reservations", n)
+		if err := reservedIn(m, ns, 2); err != nil {
+			return err
 		}
 		return none(m, "dra_pod_blocked", map[string]string{"namespace": ns})
 	})
@@ -324,8 +316,8 @@ func TestFaultExporterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := eventuallyOn(t, restarted, waitMetric, "current, the new pods in", func(m cluster.Metrics) error {
-		if n := len(m.Find("dra_claim_reserved_for_info", map[string]string{"namespace": ns})); n != 4 {
-			return fmt.Errorf("%d reservations", n)
+		if err := reservedIn(m, ns, 4); err != nil {
+			return err
 		}
 		return allWatching(m)
 	})
@@ -358,10 +350,7 @@ func TestFaultExporterRestart(t *testing.T) {
 	if missing := minus(oldOnly, newSeries); len(missing) > 0 {
 		t.Errorf("series of the old pods the restarted exporter lacks:\n  %s", strings.Join(missing, "\n  "))
 	}
-	diff, took := compareWithFresh(t, restarted, "restart", 30*time.Second)
-	if diff != "" {
-		t.Errorf("series differ from a fresh exporter's after %s:\n%s", took.Round(time.Millisecond), diff)
-	}
+	equalsFresh(t, restarted, "restart")
 }
 
 // A burst of writes while the exporter is scraped every 100 ms: pods and
@@ -470,23 +459,22 @@ func consistentClaims(m cluster.Metrics) error {
 	return nil
 }
 
-// eventuallyOn is eventually for another exporter.
-func eventuallyOn(t *testing.T, e *cluster.Exporter, timeout time.Duration, what string, check func(m cluster.Metrics) error) cluster.Metrics {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for {
-		m, err := e.Scrape()
-		if err == nil {
-			if last = check(m); last == nil {
-				return m
-			}
-		} else {
-			last = err
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, last)
-		}
-		time.Sleep(200 * time.Millisecond)
+// reservedIn checks that a scrape has n reservations in the namespace.
+func reservedIn(m cluster.Metrics, ns string, n int) error {
+	if got := len(m.Find("dra_claim_reserved_for_info", map[string]string{"namespace": ns})); got != n {
+		return fmt.Errorf("%d reservations in %s, want %d", got, ns, n)
 	}
+	return nil
+}
+
+// equalsFresh fails the test unless the exporter's state series equal a
+// fresh exporter's within 30 s (objects settling).
+func equalsFresh(t *testing.T, e *cluster.Exporter, name string) {
+	t.Helper()
+	diff, took := compareWithFresh(t, e, name, 30*time.Second)
+	if diff != "" {
+		t.Errorf("series differ from a fresh exporter's after %s:\n%s", took.Round(time.Millisecond), diff)
+		return
+	}
+	t.Logf("series equal a fresh exporter's (%s after the last change settled)", took.Round(time.Millisecond))
 }
