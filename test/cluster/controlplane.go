@@ -218,22 +218,12 @@ func (cp *ControlPlane) StartControllerManager(ctx context.Context) error {
 // StartAPIServer starts kube-apiserver (again, after StopAPIServer) on the
 // same port, over the same etcd.
 func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
-	if err := cp.spawnAPIServer("kube-apiserver", cp.ports["apiserver"], filepath.Join(cp.Dir, "certs")); err != nil {
-		return err
-	}
-	return cp.waitHTTP(ctx, "kube-apiserver", cp.APIServer+"/readyz", adminToken)
-}
-
-// spawnAPIServer starts a kube-apiserver process named name on port, with
-// its serving certificate in certDir (made there the first time) and the
-// control plane's tokens and service-account keys.
-func (cp *ControlPlane) spawnAPIServer(name string, port int, certDir string) error {
 	certs := filepath.Join(cp.Dir, "certs")
-	return cp.spawnBinary(name, "kube-apiserver",
+	if err := cp.spawn("kube-apiserver",
 		"--etcd-servers="+cp.etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(port),
-		"--cert-dir="+certDir,
+		"--secure-port="+strconv.Itoa(cp.ports["apiserver"]),
+		"--cert-dir="+certs,
 		"--token-auth-file="+filepath.Join(certs, "tokens.csv"),
 		"--service-account-key-file="+filepath.Join(certs, "sa.pub"),
 		"--service-account-signing-key-file="+filepath.Join(certs, "sa.key"),
@@ -246,7 +236,10 @@ func (cp *ControlPlane) spawnAPIServer(name string, port int, certDir string) er
 		"--feature-gates="+FeatureGates,
 		"--runtime-config=scheduling.k8s.io/v1beta1=true",
 		"--v=1",
-	)
+	); err != nil {
+		return err
+	}
+	return cp.waitHTTP(ctx, "kube-apiserver", cp.APIServer+"/readyz", adminToken)
 }
 
 // StopAPIServer stops kube-apiserver: every client loses the cluster.

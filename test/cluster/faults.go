@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,6 +30,8 @@ type APIServerReplica struct {
 	cp   *ControlPlane
 	name string
 	port int
+	// args are the first API server's, on another port and cert dir.
+	args []string
 	// URL is https://127.0.0.1:port.
 	URL string
 	// CAFile is its self-signed serving certificate.
@@ -36,7 +39,9 @@ type APIServerReplica struct {
 }
 
 // StartAPIServerReplica starts a replica named name (a log file
-// name.log) and waits for its /readyz.
+// name.log) and waits for its /readyz. It runs with the flags the running
+// kube-apiserver was started with, on its own port and serving
+// certificate.
 func (cp *ControlPlane) StartAPIServerReplica(ctx context.Context, name string) (*APIServerReplica, error) {
 	port, err := freePort()
 	if err != nil {
@@ -46,7 +51,22 @@ func (cp *ControlPlane) StartAPIServerReplica(ctx context.Context, name string) 
 	if err := os.MkdirAll(certDir, 0o700); err != nil {
 		return nil, err
 	}
-	r := &APIServerReplica{cp: cp, name: name, port: port, URL: fmt.Sprintf("https://127.0.0.1:%d", port),
+	cp.mu.Lock()
+	first := cp.procs["kube-apiserver"]
+	cp.mu.Unlock()
+	if first == nil {
+		return nil, fmt.Errorf("kube-apiserver is not running")
+	}
+	args := slices.Clone(first.cmd.Args[1:])
+	for i, a := range args {
+		switch {
+		case strings.HasPrefix(a, "--secure-port="):
+			args[i] = "--secure-port=" + strconv.Itoa(port)
+		case strings.HasPrefix(a, "--cert-dir="):
+			args[i] = "--cert-dir=" + certDir
+		}
+	}
+	r := &APIServerReplica{cp: cp, name: name, port: port, args: args, URL: fmt.Sprintf("https://127.0.0.1:%d", port),
 		CAFile: filepath.Join(certDir, "apiserver.crt")}
 	return r, r.Start(ctx)
 }
@@ -57,10 +77,10 @@ func (r *APIServerReplica) Start(ctx context.Context) error {
 	if r.Running() {
 		return fmt.Errorf("%s is already running", r.name)
 	}
-	if err := r.cp.spawnAPIServer(r.name, r.port, filepath.Dir(r.CAFile)); err != nil {
+	if err := r.cp.spawnBinary(r.name, "kube-apiserver", r.args...); err != nil {
 		return err
 	}
-	return r.cp.waitHTTP(ctx, r.name, r.URL+"/readyz", adminToken)
+	return r.cp.waitHTTP(ctx, r.name, r.URL+"/readyz", r.cp.Admin.BearerToken)
 }
 
 // Running reports whether the replica's process is running.
