@@ -543,7 +543,7 @@ func TestErrorReason(t *testing.T) {
 		{refused(), ReasonUnreachable},
 		{&url.Error{Op: "Get", URL: "https://x", Err: fmt.Errorf("dial tcp: i/o timeout")}, ReasonUnreachable},
 		{apierrors.NewResourceExpired("too old resource version: 1 (5)"), ReasonExpired},
-		{apierrors.NewGone("gone"), ReasonExpired},
+		{&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonGone}}, ReasonExpired},
 		{apierrors.NewUnauthorized("token rejected"), ReasonUnauthorized},
 		{apierrors.NewForbidden(gr, "", fmt.Errorf("RBAC")), ReasonForbidden},
 		{apierrors.NewNotFound(gr, ""), ReasonNotFound},
