@@ -235,6 +235,11 @@ bench-scale: build controlplane $(KSM) ## Scale benchmark on a real etcd + kube-
 	$(GO) run ./bench/scale -n $(N) -churn-rate $(CHURN) -controlplane-bin $(CP_BIN) -exporter $(BIN) -out bin/bench-scale \
 		-compare-cmd '$(KSM) --kubeconfig={kubeconfig} --host=127.0.0.1 --port={port} --telemetry-host=127.0.0.1 --telemetry-port={telemetry_port} --resources=pods,nodes --enable-gzip-encoding'
 
+DURATION ?= 30m
+.PHONY: soak
+soak: build controlplane ## Soak test: churn, API server and exporter restarts, etcd compactions for DURATION (default 30m), then a diff against a fresh exporter; report in bin/soak/ (not part of make test).
+	DRA_SOAK_DURATION=$(DURATION) DRA_SOAK_OUT=$(CURDIR)/bin/soak $(GO) test -count=1 -timeout 0 -run '^TestSoak$$' -v ./test/e2e/
+
 .PHONY: fuzz
 fuzz: ## Fuzz the index and classifier for 2 minutes.
 	$(GO) test -run '^$$' -fuzz FuzzIndex -fuzztime 2m ./internal/classify/

@@ -320,31 +320,57 @@ func TestLatency(t *testing.T) {
 }
 
 func TestSelf(t *testing.T) {
-	s := collector.NewSelf()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	s := collector.NewSelf().WithClock(func() time.Time { return now })
 	synced := false
 	s.TrackSynced("pods", func() bool { return synced })
 	s.TrackSynced("resourceclaims", func() bool { return true })
+	s.TrackWatch("pods", func() (bool, time.Time) { return synced, now.Add(-90 * time.Second) })
+	s.TrackWatch("resourceclaims", func() (bool, time.Time) { return true, now.Add(-time.Hour) })
+	held := true
+	s.TrackHeld(func() bool { return held })
 	s.Event("pods", "add")
 	s.Event("pods", "add")
 	s.Event("pods", "delete")
-	s.WatchError("resourceclaims")
+	s.WatchError("resourceclaims", "unreachable")
+	s.WatchError("resourceclaims", "expired")
+	s.Relisted("resourceclaims")
 	s.Rejected("pods")
+	s.IndexRebuilt()
 	s.APIServerUp(false)
+	var errs []string
+	for _, r := range []string{"pods", "resourceclaims"} {
+		for _, reason := range collector.WatchErrorReasons {
+			v := 0
+			if r == "resourceclaims" && (reason == "unreachable" || reason == "expired") {
+				v = 1
+			}
+			errs = append(errs, fmt.Sprintf(`{reason=%q,resource=%q} %d`, reason, r, v))
+		}
+	}
 	want := expect(s.Defs(),
 		fam("dra_exporter_informer_synced", `{resource="pods"} 0`, `{resource="resourceclaims"} 1`),
 		fam("dra_exporter_events_total",
 			`{resource="pods",type="add"} 2`, `{resource="pods",type="delete"} 1`, `{resource="pods",type="update"} 0`,
 			`{resource="resourceclaims",type="add"} 0`, `{resource="resourceclaims",type="delete"} 0`, `{resource="resourceclaims",type="update"} 0`),
-		fam("dra_exporter_watch_errors_total", `{resource="pods"} 0`, `{resource="resourceclaims"} 1`),
+		fam("dra_exporter_watch_errors_total", errs...),
+		fam("dra_exporter_watch_healthy", `{resource="pods"} 0`, `{resource="resourceclaims"} 1`),
+		fam("dra_exporter_watch_stale_seconds", `{resource="pods"} 90`, `{resource="resourceclaims"} 0`),
+		fam("dra_exporter_relists_total", `{resource="pods"} 0`, `{resource="resourceclaims"} 1`),
 		fam("dra_exporter_objects_rejected_total", `{resource="pods"} 1`),
+		fam("dra_exporter_index_rebuilds_total", ` 1`),
+		fam("dra_exporter_verdicts_held", ` 1`),
 		fam("dra_exporter_apiserver_up", ` 0`),
 	)
 	compareAndLint(t, s, want)
 	s.APIServerUp(true)
-	synced = true
+	synced, held = true, false
 	after := expect(s.Defs(), fam("dra_exporter_informer_synced", `{resource="pods"} 1`, `{resource="resourceclaims"} 1`),
+		fam("dra_exporter_watch_healthy", `{resource="pods"} 1`, `{resource="resourceclaims"} 1`),
+		fam("dra_exporter_verdicts_held", ` 0`),
 		fam("dra_exporter_apiserver_up", ` 1`))
-	if err := testutil.CollectAndCompare(s, strings.NewReader(after), "dra_exporter_informer_synced", "dra_exporter_apiserver_up"); err != nil {
+	if err := testutil.CollectAndCompare(s, strings.NewReader(after), "dra_exporter_informer_synced", "dra_exporter_watch_healthy",
+		"dra_exporter_verdicts_held", "dra_exporter_apiserver_up"); err != nil {
 		t.Errorf("after sync: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -52,6 +53,50 @@ type Exporter struct {
 	shard shard.Shard
 	// text keeps the last scrape's rendered families (see textCache).
 	text textCache
+	// holdVerdicts reports whether the verdict collectors must run over
+	// the last snapshot taken while it was false (see HoldVerdictsWhen).
+	holdVerdicts func() bool
+	heldMu       sync.Mutex
+	held         *index.Snapshot
+	heldAt       time.Time
+}
+
+// verdictCollector marks the collectors whose series are verdicts that
+// page people (a pod blocked, a reservation leaked, a device given twice):
+// each reads claims and pods together, and a claim from before an outage
+// beside a pod from after it is a verdict the cluster never had.
+type verdictCollector interface{ verdict() }
+
+func (blockedCollector) verdict()  {}
+func (leakCollector) verdict()     {}
+func (conflictCollector) verdict() {}
+
+// HoldVerdictsWhen makes the verdict collectors (blocked pods, leaks,
+// allocation conflicts) run over the last snapshot, at the time, of the
+// last scrape for which hold returned false, for as long as it returns
+// true: their families then read exactly as they did then. The exporter
+// holds them while any resource's watch is stale (internal/kube), so that
+// no verdict mixes a fresh resource with a stale one; the other families
+// serve what each resource last said. Before any such scrape they are
+// left out.
+func (x *Exporter) HoldVerdictsWhen(hold func() bool) *Exporter {
+	x.holdVerdicts = hold
+	return x
+}
+
+// verdictView returns the snapshot and time the verdict collectors read:
+// s and now, or those held (nil when there are none yet).
+func (x *Exporter) verdictView(s *index.Snapshot, now time.Time) (*index.Snapshot, time.Time) {
+	if x.holdVerdicts == nil {
+		return s, now
+	}
+	hold := x.holdVerdicts()
+	x.heldMu.Lock()
+	defer x.heldMu.Unlock()
+	if !hold {
+		x.held, x.heldAt = s, now
+	}
+	return x.held, x.heldAt
 }
 
 // Shard makes the exporter emit only its shard's series: those whose

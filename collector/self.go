@@ -3,6 +3,7 @@ package collector
 import (
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,9 +19,26 @@ var (
 		"Watch events the exporter processed, per resource and type (add, update, delete).",
 		"resource", "type").live()
 	watchErrors = newDef("dra_exporter_watch_errors_total", typeCounter,
-		"Errors listing or watching a resource.",
+		"Errors listing or watching a resource, by reason.",
+		"resource", "reason").live().
+		doc("Every error the informers' list and watch calls meet, each also logged: `unreachable` (refused, reset, timed out: calls then wait for the API server probe instead of client-go's growing backoff), `expired` (410 Gone: the watch's resourceVersion was compacted, a relist follows), `unauthorized` (401), `forbidden` (403), `not_found` (404: resource not served), `throttled` (429), `server_error` (5xx), `other`. Every reason is exported from the start, at 0. The exporter keeps serving its last known state meanwhile; dra_exporter_watch_healthy says which resources are stale.")
+	watchHealthy = newDef("dra_exporter_watch_healthy", typeGauge,
+		"Whether the exporter holds a resource as the API server has it now (1), or serves a stale copy (0).",
 		"resource").live().
-		doc("API server unreachable, forbidden, resource not served. The exporter keeps serving its last known state.")
+		doc("1 while a watch is open and the index has every object of the list it resumed from; 0 from the moment a watch breaks (the API server goes away, 410 Gone, a list fails) until a watch is open again and, when it had to relist, the whole relist is in the index; also 0 before the initial list. While any resource is 0, dra_pod_blocked, dra_claim_reservation_leak and dra_device_allocation_conflict are held at the last scrape every resource was current for (dra_exporter_verdicts_held): a verdict computed from a fresh resource and a stale one (pods back, claims not yet) would page for nothing. The other families serve what each resource last said.")
+	watchStaleSeconds = newDef("dra_exporter_watch_stale_seconds", typeGauge,
+		"Seconds since the exporter last held a resource as the API server has it, 0 while it does.",
+		"resource").live()
+	relists = newDef("dra_exporter_relists_total", typeCounter,
+		"Lists of a resource after its initial list, when a watch could not resume from where it broke.",
+		"resource").live().
+		doc("After 410 Gone (an etcd compaction, or an API server restarted without the watch's events). Each relist's changes reach the index as one batch; latencies of the transitions it reveals are timed from the objects' own timestamps (see the latency families).")
+	verdictsHeld = newDef("dra_exporter_verdicts_held", typeGauge,
+		"Whether the verdict families are held at their last consistent state (1) while a resource is stale.").live().
+		doc("The verdict families are dra_pod_blocked, dra_claim_reservation_leak and dra_device_allocation_conflict (and dra_pod_lower_priority_holders, which the blocked collector also writes).")
+	indexRebuilds = newDef("dra_exporter_index_rebuilds_total", typeCounter,
+		"Rebuilds of the index from the informers' caches after an update panicked half-way.").live().
+		doc("The change that panicked is rejected (dra_exporter_objects_rejected_total) and the exporter serves its last snapshot until the index is rebuilt; /readyz fails meanwhile.")
 	apiServerUp = newDef("dra_exporter_apiserver_up", typeGauge,
 		"Whether the API server answered the exporter's last /readyz probe (1) or not (0).").live().
 		doc("While it is 0 the exporter serves its last known state.")
@@ -33,17 +51,27 @@ var (
 		"resource").live()
 )
 
+// WatchErrorReasons are the values of dra_exporter_watch_errors_total's
+// reason label (internal/kube classifies the errors; a test holds the two
+// lists equal).
+var WatchErrorReasons = []string{"unreachable", "expired", "unauthorized", "forbidden", "not_found", "throttled", "server_error", "other"}
+
 // Self holds the exporter's own health metrics. It implements
 // prometheus.Collector and the informer layer's event recorder.
 type Self struct {
 	events   *prometheus.CounterVec
 	errors   *prometheus.CounterVec
+	relists  *prometheus.CounterVec
 	rejected *prometheus.CounterVec
+	rebuilds prometheus.Counter
 	up       prometheus.Gauge
+	now      func() time.Time
 
-	mu     sync.Mutex
-	synced map[string]func() bool
-	shard  shard.Shard
+	mu      sync.Mutex
+	synced  map[string]func() bool
+	watches map[string]func() (bool, time.Time)
+	held    func() bool
+	shard   shard.Shard
 }
 
 // NewSelf returns the self-metrics.
@@ -51,15 +79,34 @@ func NewSelf() *Self {
 	return &Self{
 		events:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: eventsTotal.Name, Help: eventsTotal.Help}, eventsTotal.Labels),
 		errors:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: watchErrors.Name, Help: watchErrors.Help}, watchErrors.Labels),
+		relists:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: relists.Name, Help: relists.Help}, relists.Labels),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: objectsRejected.Name, Help: objectsRejected.Help}, objectsRejected.Labels),
+		rebuilds: prometheus.NewCounter(prometheus.CounterOpts{Name: indexRebuilds.Name, Help: indexRebuilds.Help}),
 		up:       prometheus.NewGauge(prometheus.GaugeOpts{Name: apiServerUp.Name, Help: apiServerUp.Help}),
+		now:      time.Now,
 		synced:   map[string]func() bool{},
+		watches:  map[string]func() (bool, time.Time){},
 	}
 }
 
 // Defs lists the self families.
 func (s *Self) Defs() []*Def {
-	return []*Def{informerSynced, eventsTotal, watchErrors, objectsRejected, apiServerUp, shardInfo}
+	return []*Def{informerSynced, eventsTotal, watchErrors, watchHealthy, watchStaleSeconds, relists, objectsRejected,
+		indexRebuilds, verdictsHeld, apiServerUp, shardInfo}
+}
+
+// WithClock sets the clock of dra_exporter_watch_stale_seconds (tests).
+func (s *Self) WithClock(now func() time.Time) *Self {
+	s.now = now
+	return s
+}
+
+// TrackHeld registers whether the verdict families are held (see
+// Exporter.HoldVerdictsWhen).
+func (s *Self) TrackHeld(held func() bool) {
+	s.mu.Lock()
+	s.held = held
+	s.mu.Unlock()
 }
 
 // SetShard records the exporter's shard; unsharded, no series is emitted.
@@ -73,7 +120,21 @@ func (s *Self) SetShard(sh shard.Shard) {
 func (s *Self) Event(resource, typ string) { s.events.WithLabelValues(resource, typ).Inc() }
 
 // WatchError counts one list/watch failure.
-func (s *Self) WatchError(resource string) { s.errors.WithLabelValues(resource).Inc() }
+func (s *Self) WatchError(resource, reason string) { s.errors.WithLabelValues(resource, reason).Inc() }
+
+// Relisted counts a list after the initial one.
+func (s *Self) Relisted(resource string) { s.relists.WithLabelValues(resource).Inc() }
+
+// IndexRebuilt counts a rebuild of the index after a write panicked.
+func (s *Self) IndexRebuilt() { s.rebuilds.Inc() }
+
+// TrackWatch registers a resource's watch state: whether it is current,
+// and since when that holds.
+func (s *Self) TrackWatch(resource string, state func() (healthy bool, since time.Time)) {
+	s.mu.Lock()
+	s.watches[resource] = state
+	s.mu.Unlock()
+}
 
 // APIServerUp records the outcome of the last API server probe.
 func (s *Self) APIServerUp(up bool) { s.up.Set(boolFloat(up)) }
@@ -90,15 +151,23 @@ func (s *Self) TrackSynced(resource string, synced func() bool) {
 	for _, t := range []string{"add", "update", "delete"} {
 		s.events.WithLabelValues(resource, t)
 	}
-	s.errors.WithLabelValues(resource)
+	for _, reason := range WatchErrorReasons {
+		s.errors.WithLabelValues(resource, reason)
+	}
+	s.relists.WithLabelValues(resource)
 }
 
 // Describe implements prometheus.Collector.
 func (s *Self) Describe(ch chan<- *prometheus.Desc) {
 	ch <- informerSynced.desc
+	ch <- watchHealthy.desc
+	ch <- watchStaleSeconds.desc
+	ch <- verdictsHeld.desc
 	s.events.Describe(ch)
 	s.errors.Describe(ch)
+	s.relists.Describe(ch)
 	s.rejected.Describe(ch)
+	s.rebuilds.Describe(ch)
 	s.up.Describe(ch)
 	ch <- shardInfo.desc
 }
@@ -109,6 +178,19 @@ func (s *Self) Collect(ch chan<- prometheus.Metric) {
 	for resource, synced := range s.synced {
 		ch <- prometheus.MustNewConstMetric(informerSynced.desc, prometheus.GaugeValue, boolFloat(synced()), resource)
 	}
+	now := s.now()
+	for resource, state := range s.watches {
+		healthy, since := state()
+		stale := 0.0
+		if !healthy {
+			stale = max(now.Sub(since).Seconds(), 0)
+		}
+		ch <- prometheus.MustNewConstMetric(watchHealthy.desc, prometheus.GaugeValue, boolFloat(healthy), resource)
+		ch <- prometheus.MustNewConstMetric(watchStaleSeconds.desc, prometheus.GaugeValue, stale, resource)
+	}
+	if s.held != nil {
+		ch <- prometheus.MustNewConstMetric(verdictsHeld.desc, prometheus.GaugeValue, boolFloat(s.held()))
+	}
 	sh := s.shard
 	s.mu.Unlock()
 	if sh.Sharded() {
@@ -116,6 +198,8 @@ func (s *Self) Collect(ch chan<- prometheus.Metric) {
 	}
 	s.events.Collect(ch)
 	s.errors.Collect(ch)
+	s.relists.Collect(ch)
 	s.rejected.Collect(ch)
+	s.rebuilds.Collect(ch)
 	s.up.Collect(ch)
 }

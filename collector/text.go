@@ -165,11 +165,13 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	}
 	var runs []run
 	var reused []int
-	var now time.Time
-	var snap *index.Snapshot
+	// The snapshot and time each collector ran over (the verdict
+	// collectors may read a held one).
+	snaps := map[int]*index.Snapshot{}
+	times := map[int]time.Time{}
 	c.reset(x)
 	x.each(func(i int, s *index.Snapshot, t time.Time) step {
-		snap, now = s, t
+		snaps[i], times[i] = s, t
 		if c.reusable(x, i, s, t) {
 			reused = append(reused, i)
 			return step{skip: true}
@@ -196,7 +198,7 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	count := map[*Def]int{}
 	fresh := map[*Def]bool{} // families with a series from a run that is not kept
 	for _, r := range runs {
-		kept := r.i >= 0 && c.cacheable(x, r.i) && c.keep(x, r.i, r.samples, snap, now)
+		kept := r.i >= 0 && c.cacheable(x, r.i) && c.keep(x, r.i, r.samples, snaps[r.i], times[r.i])
 		for _, s := range r.samples {
 			count[s.def]++
 			if !kept {
@@ -262,6 +264,7 @@ func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step,
 	}
 	s := x.src.Snapshot()
 	now := x.now()
+	vs, vnow := x.verdictView(s, now)
 	type outcome struct {
 		runs    bool
 		step    step
@@ -275,6 +278,12 @@ func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step,
 	for i, c := range x.collectors {
 		if !x.shardRuns(c) {
 			continue
+		}
+		s, now := s, now
+		if _, ok := c.(verdictCollector); ok {
+			if s, now = vs, vnow; s == nil {
+				continue // held, and nothing to hold yet
+			}
 		}
 		o := &out[i]
 		o.runs = true

@@ -77,7 +77,13 @@ type Result struct {
 	ChurnScrapeP50Seconds float64     `json:"churn_scrape_p50_seconds,omitempty"`
 	ChurnScrapeP99Seconds float64     `json:"churn_scrape_p99_seconds,omitempty"`
 	ChurnScrapeCPUSeconds float64     `json:"churn_scrape_cpu_seconds,omitempty"`
-	RSSAfterChurnBytes    int64       `json:"rss_after_churn_bytes,omitempty"`
+	// ChurnInconsistent counts the churn scrapes in which a claim was not
+	// in exactly one state of dra_claim_status (the first such error in
+	// ChurnInconsistency); only for an exporter that has the family.
+	ChurnInconsistent  int    `json:"churn_inconsistent_scrapes"`
+	ChurnInconsistency string `json:"churn_inconsistency,omitempty"`
+	ChurnClaimsChecked int    `json:"churn_claims_checked,omitempty"`
+	RSSAfterChurnBytes int64  `json:"rss_after_churn_bytes,omitempty"`
 }
 
 type measurer struct {
@@ -155,7 +161,7 @@ func (m *measurer) measure(ctx context.Context, t Target, logf func(string, ...a
 	}
 	logf("%s ready in %.1fs (started after %.0fs for a quiet control plane; apiserver %.1f CPU-s, RSS %s); scraping %d times", t.Name, r.ReadySeconds, r.SettleSeconds, r.APIServerSyncCPUSeconds, mib(r.RSSAfterSyncBytes), m.scrapes)
 
-	scrapes, cpuTotal, last, err := m.scrapeN(ctx, t, pid, 0, func(k int) error {
+	scrapes, cpuTotal, last, err := m.scrapeN(ctx, t, pid, 0, func(k int, _ []byte) error {
 		if k == 9 {
 			var err error
 			r.RSSAfter10ScrapesBytes, err = rssBytes(pid)
@@ -192,7 +198,17 @@ func (m *measurer) measure(ctx context.Context, t Target, logf func(string, ...a
 		stop := m.churn.start(ctx)
 		// Scrapes at least a second apart, so that writes land between
 		// any two of them however fast a scrape is.
-		scrapes, cpu, _, err := m.scrapeN(ctx, t, pid, time.Second, nil)
+		scrapes, cpu, _, err := m.scrapeN(ctx, t, pid, time.Second, func(_ int, body []byte) error {
+			claims, err := claimStatesConsistent(body)
+			if err != nil {
+				r.ChurnInconsistent++
+				if r.ChurnInconsistency == "" {
+					r.ChurnInconsistency = err.Error()
+				}
+			}
+			r.ChurnClaimsChecked = max(r.ChurnClaimsChecked, claims)
+			return nil
+		})
 		stats := stop()
 		if err != nil {
 			return fail(fmt.Errorf("churn: %w", err))
@@ -227,9 +243,9 @@ func (t Target) selfURL() string {
 
 // scrapeN scrapes the target m.scrapes times in plain text and returns each
 // scrape's seconds, the process's CPU seconds over them, and the last body;
-// scrapes start at least pace apart; after(k), when set, runs after scrape
-// k (from 0).
-func (m *measurer) scrapeN(ctx context.Context, t Target, pid int, pace time.Duration, after func(k int) error) ([]float64, float64, []byte, error) {
+// scrapes start at least pace apart; after(k, body), when set, runs after
+// scrape k (from 0), outside its timing.
+func (m *measurer) scrapeN(ctx context.Context, t Target, pid int, pace time.Duration, after func(k int, body []byte) error) ([]float64, float64, []byte, error) {
 	var cpuTotal float64
 	var last []byte
 	var out []float64
@@ -259,12 +275,58 @@ func (m *measurer) scrapeN(ctx context.Context, t Target, pid int, pace time.Dur
 		out = append(out, d.Seconds())
 		last = body
 		if after != nil {
-			if err := after(k); err != nil {
+			if err := after(k, body); err != nil {
 				return nil, 0, nil, err
 			}
 		}
 	}
 	return out, cpuTotal, last, nil
+}
+
+// claimStatesConsistent checks one scrape: every claim of dra_claim_info
+// is in exactly one state of dra_claim_status. It returns how many claims
+// it checked (0 for an exporter without the families).
+func claimStatesConsistent(body []byte) (int, error) {
+	states := map[string]int{}
+	var claims []string
+	key := func(line []byte) string {
+		return labelValue(line, "namespace") + "/" + labelValue(line, "claim")
+	}
+	for _, line := range bytes.Split(body, []byte("\n")) {
+		switch {
+		case bytes.HasPrefix(line, []byte("dra_claim_status{")) && bytes.HasSuffix(line, []byte("} 1")):
+			states[key(line)]++
+		case bytes.HasPrefix(line, []byte("dra_claim_info{")):
+			claims = append(claims, key(line))
+		}
+	}
+	for _, c := range claims {
+		if states[c] != 1 {
+			return len(claims), fmt.Errorf("claim %s in %d states", c, states[c])
+		}
+	}
+	return len(claims), nil
+}
+
+// labelValue returns a label's value in an exposition line (values here
+// have no escaped quotes).
+func labelValue(line []byte, name string) string {
+	i := bytes.Index(line, []byte(name+`="`))
+	for i > 0 && line[i-1] != '{' && line[i-1] != ',' {
+		j := bytes.Index(line[i+1:], []byte(name+`="`))
+		if j < 0 {
+			return ""
+		}
+		i += 1 + j
+	}
+	if i < 0 {
+		return ""
+	}
+	rest := line[i+len(name)+2:]
+	if j := bytes.IndexByte(rest, '"'); j >= 0 {
+		return string(rest[:j])
+	}
+	return ""
 }
 
 // waitReady polls ReadyURL, then (with SyncedFamily) scrapes until the

@@ -172,6 +172,7 @@ func (r *Report) Markdown() string {
 		row("scrape p99 (slowest)", func(x *Result) float64 { return x.ChurnScrapeP99Seconds }, secs)
 		row("CPU-s per scrape", func(x *Result) float64 { return x.ChurnScrapeCPUSeconds }, cpus)
 		row("RSS after the churn scrapes", func(x *Result) float64 { return float64(x.RSSAfterChurnBytes) }, mem)
+		row("scrapes with a claim not in exactly one state", func(x *Result) float64 { return float64(x.ChurnInconsistent) }, count)
 	}
 	b.WriteString("\n")
 	return b.String()

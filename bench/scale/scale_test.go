@@ -54,6 +54,8 @@ func TestSmallRun(t *testing.T) {
 		t.Errorf("churn round: %+v", ch)
 	} else if len(r.ChurnScrapes) != o.scrapes || r.ChurnScrapeP50Seconds <= 0 || r.RSSAfterChurnBytes < 10<<20 {
 		t.Errorf("churn round: %d scrapes, p50 %.3f, RSS %d", len(r.ChurnScrapes), r.ChurnScrapeP50Seconds, r.RSSAfterChurnBytes)
+	} else if r.ChurnInconsistent > 0 || r.ChurnClaimsChecked != rep.Cluster.Claims {
+		t.Errorf("churn round: %d inconsistent scrapes (%s), %d claims checked of %d", r.ChurnInconsistent, r.ChurnInconsistency, r.ChurnClaimsChecked, rep.Cluster.Claims)
 	}
 	// About 9.5 series per claim (bench/README.md), and at least one per pod.
 	if r.Series < rep.Cluster.Pods || r.Series > 20*rep.Cluster.Claims {
@@ -61,5 +63,27 @@ func TestSmallRun(t *testing.T) {
 	}
 	if md := rep.Markdown(); len(md) < 200 {
 		t.Errorf("markdown table too short:\n%s", md)
+	}
+}
+
+// The churn round's check of one scrape: each claim in exactly one state.
+func TestClaimStatesConsistent(t *testing.T) {
+	ok := []byte(`dra_claim_info{claim="a",lane="dra",namespace="ns",pod="",pod_uid=""} 1
+dra_claim_status{claim="a",namespace="ns",state="allocated"} 0
+dra_claim_status{claim="a",namespace="ns",state="reserved"} 1
+dra_claim_status{claim="a",namespace="ns",state="unallocated"} 0
+`)
+	if n, err := claimStatesConsistent(ok); n != 1 || err != nil {
+		t.Errorf("consistent scrape: %d claims, %v", n, err)
+	}
+	twice := append(ok, []byte(`dra_claim_status{claim="a",namespace="ns",state="allocated"} 1
+`)...)
+	if _, err := claimStatesConsistent(twice); err == nil {
+		t.Error("a claim in two states passed")
+	}
+	none := []byte(`dra_claim_info{claim="b",lane="dra",namespace="ns",pod="",pod_uid=""} 1
+`)
+	if _, err := claimStatesConsistent(none); err == nil {
+		t.Error("a claim in no state passed")
 	}
 }

@@ -149,12 +149,15 @@ func node(args []string, stderr io.Writer) int {
 		return 1
 	}
 	self := nodecollector.NewSelf(kube.FetchReasons...)
-	store, err := kube.StartNode(ctx, client, self, kube.NodeOptions{Node: nf.nodeName, ClaimRefresh: nf.claimRefresh, Trimmer: objects.Trimmer{}, Logger: logger})
+	// As the exporter's: watches that find the API server unreachable wait
+	// for the probe to hear it again instead of client-go's backoff.
+	gate := kube.NewGate()
+	store, err := kube.StartNode(ctx, client, self, kube.NodeOptions{Node: nf.nodeName, ClaimRefresh: nf.claimRefresh, Trimmer: objects.Trimmer{}, Logger: logger, Gate: gate})
 	if err != nil {
 		logger.Error("start informers", "err", err)
 		return 1
 	}
-	go kube.Probe(ctx, client.Discovery().RESTClient(), self, nf.probeInterval, logger)
+	go kube.Probe(ctx, client.Discovery().RESTClient(), self, nf.probeInterval, logger, gate)
 	cfg := nodeagent.Config{Node: nf.nodeName, Store: store, GPU: src, Logger: logger, DevicePluginResources: dra.ParseResources(nf.devicePlugin)}
 	if nf.socket != "" {
 		c, err := podresources.NewClient(nf.socket, nf.socketTimeout)

@@ -86,15 +86,22 @@ func serve(args []string, stderr io.Writer) int {
 		logger.Error("kubernetes client", "err", err)
 		return 1
 	}
-	informers, err := kube.Start(ctx, client, ix, self, kube.Options{Trimmer: cfg.trimmer(), Logger: logger})
+	// The gate holds the informers' calls while the API server does not
+	// answer, and the probe lets them go as soon as it does.
+	gate := kube.NewGate()
+	informers, err := kube.Start(ctx, client, ix, self, kube.Options{Trimmer: cfg.trimmer(), Logger: logger, Gate: gate})
 	if err != nil {
 		logger.Error("start informers", "err", err)
 		return 1
 	}
 
-	go kube.Probe(ctx, client.Discovery().RESTClient(), self, *probeInterval, logger)
+	go kube.Probe(ctx, client.Discovery().RESTClient(), self, *probeInterval, logger, gate)
 
-	cluster := collector.NewExporter(ix, nil, true, logger, collectorList...).Shard(cfg.shard).RenderOnlyWhen(func() bool { return len(informers.Unsynced()) == 0 })
+	stale := func() bool { return len(informers.Stale()) > 0 }
+	self.TrackHeld(stale)
+	cluster := collector.NewExporter(ix, nil, true, logger, collectorList...).Shard(cfg.shard).
+		RenderOnlyWhen(func() bool { return len(informers.Unsynced()) == 0 }).
+		HoldVerdictsWhen(stale)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		self,
@@ -129,6 +136,9 @@ func serve(args []string, stderr io.Writer) int {
 		}
 		if !rendered.Load() {
 			return "informers synced, families not rendered yet"
+		}
+		if informers.Rebuilding() || !ix.Consistent() {
+			return "an index update panicked; rebuilding the index from the informers' caches"
 		}
 		return ""
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/promslog"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
+	"k8s.io/klog/v2"
 
 	"github.com/dra-exporter/dra-exporter/collector"
 )
@@ -43,8 +44,13 @@ func (w *webFlags) register(fs *flag.FlagSet, defaultListen string) {
 	fs.Var(formatFlag{w.format}, "log.format", "Log format: logfmt or json.")
 }
 
+// logger returns the process's logger. client-go's own log lines (klog:
+// the reflectors' warnings, runtime errors) go through it too, as
+// structured lines among the exporter's rather than klog's text format.
 func (w *webFlags) logger(stderr io.Writer) *slog.Logger {
-	return promslog.New(&promslog.Config{Level: w.level, Format: w.format, Writer: stderr})
+	l := promslog.New(&promslog.Config{Level: w.level, Format: w.format, Writer: stderr})
+	klog.SetSlogLogger(l)
+	return l
 }
 
 // listenAndServe serves /metrics from reg (and cluster, when set: see

@@ -35,6 +35,10 @@ type Config struct {
 	// holders are verdicts over all namespaces) but only the shard's
 	// events, which are evidence about its own pods only.
 	Shard shard.Shard
+	// Started is when the process started: transitions recovered from
+	// objects' timestamps (see Observer) are observed only when they
+	// happened at or after it. Zero means when New is called.
+	Started time.Time
 }
 
 // Index holds the joined DRA state. Writers are informer handlers (or the
@@ -67,6 +71,13 @@ type Index struct {
 
 	latency *latencyTracker
 
+	// poisoned is set when a write panicked half-way: the maps may
+	// disagree until Rebuild replaces them, and Snapshot hands out the
+	// last snapshot taken before.
+	poisoned bool
+	// cfg is what New was given, for Rebuild.
+	cfg Config
+
 	// changedClaims and changedPods are the keys of the claims and pods
 	// written since the last snapshot (Snapshot patches that one's joins
 	// when they are few).
@@ -88,7 +99,11 @@ func New(cfg Config) *Index {
 	if now == nil {
 		now = time.Now
 	}
+	if cfg.Started.IsZero() {
+		cfg.Started = now()
+	}
 	return &Index{
+		cfg:                 cfg,
 		version:             Version{index: indexIDs.Add(1)},
 		now:                 now,
 		devicePlugin:        slices.Clone(cfg.DevicePluginResources),
@@ -107,7 +122,7 @@ func New(cfg Config) *Index {
 		taintRules:          map[string]*resourceapi.DeviceTaintRule{},
 		claimsByReservedPod: links{},
 		unreservedSince:     map[types.UID]time.Time{},
-		latency:             newLatencyTracker(cfg.Observer),
+		latency:             newLatencyTracker(cfg.Observer, cfg.Started),
 		changedClaims:       map[Key]struct{}{},
 		changedPods:         map[Key]struct{}{},
 	}
@@ -115,11 +130,25 @@ func New(cfg Config) *Index {
 
 // Upsert adds or replaces an object. live is false for objects delivered by
 // an informer's initial list (or read from a file): their past transitions
-// are not observed as latencies. Objects of kinds the index does not use are
+// are observed only when their timestamps record them after the process
+// started (see Observer). Objects of kinds the index does not use are
 // rejected with an error.
 func (ix *Index) Upsert(obj any, live bool) error {
+	if live {
+		return ix.upsert(obj, arrivedLive)
+	}
+	return ix.upsert(obj, arrivedInitial)
+}
+
+// UpsertLate is Upsert for an object a relist delivered after the watch
+// was down: what changed in it happened at some unknown time before now, so
+// its transitions are timed only from its timestamps.
+func (ix *Index) UpsertLate(obj any) error { return ix.upsert(obj, arrivedLate) }
+
+func (ix *Index) upsert(obj any, arr arrival) error {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	defer ix.poisonOnPanic()
 	now := ix.now()
 	switch o := obj.(type) {
 	case *resourceapi.DeviceClass:
@@ -134,7 +163,7 @@ func (ix *Index) Upsert(obj any, live bool) error {
 		if old != nil && sameContent(old.Obj, o) {
 			break
 		}
-		ix.upsertClaim(newClaim(o), now, live)
+		ix.upsertClaim(newClaim(o), now, arr)
 		ix.touch(KindClaim)
 		if old == nil || !samePlacement(old.Obj, o) {
 			ix.touch(KindPlacement)
@@ -144,7 +173,7 @@ func (ix *Index) Upsert(obj any, live bool) error {
 		if old != nil && sameContent(old.Obj, o) {
 			break
 		}
-		if ix.upsertPod(newPod(o), now, live) {
+		if ix.upsertPod(newPod(o), now, arr) {
 			ix.touch(KindPod)
 			if old == nil || ix.pods[old.Key] == nil || !samePlacement(old.Obj, o) {
 				ix.touch(KindPlacement)
@@ -193,12 +222,19 @@ func (ix *Index) slice(name string) *objects.Slice {
 }
 
 // Delete removes an object. It accepts cache.DeletedFinalStateUnknown.
-func (ix *Index) Delete(obj any) error {
+func (ix *Index) Delete(obj any) error { return ix.delete(obj, arrivedLive) }
+
+// DeleteLate is Delete for an object a relist found gone: it went at some
+// unknown time, so the end of a pod it reports is not timed.
+func (ix *Index) DeleteLate(obj any) error { return ix.delete(obj, arrivedLate) }
+
+func (ix *Index) delete(obj any, arr arrival) error {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	defer ix.poisonOnPanic()
 	now := ix.now()
 	switch o := obj.(type) {
 	case *resourceapi.DeviceClass:
@@ -209,11 +245,11 @@ func (ix *Index) Delete(obj any) error {
 		ix.deleteSlice(o.(metav1.Object).GetName())
 		ix.touch(KindSlice)
 	case *resourceapi.ResourceClaim:
-		ix.deleteClaim(Key{o.Namespace, o.Name}, now)
+		ix.deleteClaim(Key{o.Namespace, o.Name}, now, arr)
 		ix.touch(KindClaim)
 		ix.touch(KindPlacement)
 	case *corev1.Pod:
-		if ix.deletePod(Key{o.Namespace, o.Name}, now) {
+		if ix.deletePod(Key{o.Namespace, o.Name}, now, arr) {
 			ix.touch(KindPod)
 			ix.touch(KindPlacement)
 		}
@@ -262,11 +298,11 @@ func sameSelectors(a, b []resourceapi.DeviceSelector) bool {
 	return true
 }
 
-func (ix *Index) upsertClaim(c *Claim, now time.Time, live bool) {
+func (ix *Index) upsertClaim(c *Claim, now time.Time, arr arrival) {
 	old := ix.claims[c.Key]
 	if old != nil && old.UID != c.UID {
 		// Deleted and recreated while the watch was down.
-		ix.deleteClaim(c.Key, now)
+		ix.deleteClaim(c.Key, now, arrivedLate)
 		old = nil
 	}
 	ix.claims[c.Key] = c
@@ -284,17 +320,18 @@ func (ix *Index) upsertClaim(c *Claim, now time.Time, live bool) {
 		delete(ix.unreservedSince, c.UID)
 	} else if _, ok := ix.unreservedSince[c.UID]; !ok {
 		// Since when it reserves nobody: now when this update is the
-		// transition, else (first sight) the allocation time.
+		// transition (seen live, or late: then it is at most that late),
+		// else (first sight) the allocation time.
 		since := c.AllocatedAt
 		if since.IsZero() {
 			since = c.Obj.CreationTimestamp.Time
 		}
-		if live && old != nil && (!old.Allocated() || len(old.Obj.Status.ReservedFor) > 0) {
+		if old != nil && (!old.Allocated() || len(old.Obj.Status.ReservedFor) > 0) {
 			since = now
 		}
 		ix.unreservedSince[c.UID] = since
 	}
-	ix.latency.claimChanged(ix, old, c, now, live)
+	ix.latency.claimChanged(ix, old, c, now, arr)
 }
 
 func (ix *Index) unlinkClaim(c *Claim) {
@@ -329,7 +366,7 @@ func (l links) remove(uid types.UID, k Key) {
 	}
 }
 
-func (ix *Index) deleteClaim(k Key, now time.Time) {
+func (ix *Index) deleteClaim(k Key, now time.Time, arr arrival) {
 	old := ix.claims[k]
 	if old == nil {
 		return
@@ -338,37 +375,37 @@ func (ix *Index) deleteClaim(k Key, now time.Time) {
 	ix.changedClaims[k] = struct{}{}
 	ix.unlinkClaim(old)
 	delete(ix.unreservedSince, old.UID)
-	ix.latency.claimChanged(ix, old, nil, now, true)
+	ix.latency.claimChanged(ix, old, nil, now, arr)
 }
 
 // upsertPod reports whether the index changed: a pod that takes no part
 // (no claims, no extended resources) is not held.
-func (ix *Index) upsertPod(p *Pod, now time.Time, live bool) bool {
+func (ix *Index) upsertPod(p *Pod, now time.Time, arr arrival) bool {
 	old := ix.pods[p.Key]
 	replaced := false
 	if old != nil && old.UID != p.UID {
-		replaced = ix.deletePod(p.Key, now)
+		replaced = ix.deletePod(p.Key, now, arrivedLate)
 		old = nil
 	}
 	if !p.UsesClaims() && len(p.ExtendedRequests) == 0 && p.Obj.Status.ExtendedResourceClaimStatus == nil {
 		// Pods without DRA claims or extended resources take no part.
-		return ix.deletePod(p.Key, now) || replaced
+		return ix.deletePod(p.Key, now, arr) || replaced
 	}
 	ix.pods[p.Key] = p
 	ix.changedPods[p.Key] = struct{}{}
-	ix.latency.podChanged(ix, old, p, now, live)
+	ix.latency.podChanged(ix, old, p, now, arr)
 	return true
 }
 
 // deletePod reports whether the pod was held.
-func (ix *Index) deletePod(k Key, now time.Time) bool {
+func (ix *Index) deletePod(k Key, now time.Time, arr arrival) bool {
 	old := ix.pods[k]
 	if old == nil {
 		return false
 	}
 	delete(ix.pods, k)
 	ix.changedPods[k] = struct{}{}
-	ix.latency.podChanged(ix, old, nil, now, true)
+	ix.latency.podChanged(ix, old, nil, now, arr)
 	return true
 }
 

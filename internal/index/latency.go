@@ -4,12 +4,18 @@ import (
 	"slices"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Observer receives durations of lifecycle transitions the index saw happen
-// live. It never receives a transition that happened before the index first
-// saw the object, so a restart does not observe old objects again.
+// Observer receives durations of lifecycle transitions. A transition the
+// index saw happen is timed by its clock; one that happened while it was not
+// watching (a relist after an outage, or before the initial list) is timed
+// from the objects' own timestamps when they record it, and only when it
+// happened after the index was created (Config.Started): a restart or a
+// relist never observes a transition twice, nor one from before the process
+// started. The metrics reference (collector's latency families) lists
+// what can be recovered that way.
 type Observer interface {
 	// ObserveAllocation: claim created -> claim allocated.
 	ObserveAllocation(deviceClass string, d time.Duration)
@@ -39,6 +45,24 @@ const (
 // StartupStages lists the startup stages in order.
 var StartupStages = []string{StageClaimCreated, StageAllocated, StageBound, StageStarted, StageReady}
 
+// arrival is how an object change reached the index.
+type arrival uint8
+
+const (
+	// arrivedInitial: an informer's initial list, or a file.
+	arrivedInitial arrival = iota
+	// arrivedLive: a watch event, normally moments after the change.
+	arrivedLive
+	// arrivedLate: a relist after the watch was down; the change happened
+	// at some unknown time before now.
+	arrivedLate
+)
+
+// promptWindow is how close to an object's timestamp (second resolution) a
+// live event must arrive to be timed by the clock (millisecond resolution)
+// rather than by the timestamp.
+const promptWindow = 2 * time.Second
+
 // pendingTTL bounds how long the tracker waits for the second half of a
 // transition (a pod end whose claim never lets go is a leak, reported
 // elsewhere, not a latency).
@@ -46,6 +70,9 @@ const pendingTTL = 15 * time.Minute
 
 type latencyTracker struct {
 	obs Observer
+	// started: transitions recovered from timestamps before this time
+	// happened before the process and are not observed.
+	started time.Time
 	// unallocatedSince: claims seen unallocated, with their start time.
 	unallocatedSince map[types.UID]time.Time
 	// startups: pods seen before they were ready.
@@ -72,9 +99,10 @@ type claimRelease struct {
 	touched     time.Time
 }
 
-func newLatencyTracker(obs Observer) *latencyTracker {
+func newLatencyTracker(obs Observer, started time.Time) *latencyTracker {
 	return &latencyTracker{
 		obs:              obs,
+		started:          started,
 		unallocatedSince: map[types.UID]time.Time{},
 		startups:         map[types.UID]*podStartup{},
 		releases:         map[types.UID]*claimRelease{},
@@ -82,7 +110,7 @@ func newLatencyTracker(obs Observer) *latencyTracker {
 }
 
 // claimChanged handles a claim added (old nil), updated, or deleted (c nil).
-func (t *latencyTracker) claimChanged(ix *Index, old, c *Claim, now time.Time, live bool) {
+func (t *latencyTracker) claimChanged(ix *Index, old, c *Claim, now time.Time, arr arrival) {
 	if t.obs == nil {
 		return
 	}
@@ -92,21 +120,55 @@ func (t *latencyTracker) claimChanged(ix *Index, old, c *Claim, now time.Time, l
 		delete(t.unallocatedSince, old.UID)
 	case !c.Allocated():
 		if _, seen := t.unallocatedSince[c.UID]; !seen {
-			t.unallocatedSince[c.UID] = startTime(c.Obj.CreationTimestamp.Time, now, live && old == nil)
+			t.unallocatedSince[c.UID] = startTime(c.Obj.CreationTimestamp.Time, now, arr == arrivedLive && old == nil)
 		}
 	default:
+		created := c.Obj.CreationTimestamp.Time
 		if start, seen := t.unallocatedSince[c.UID]; seen {
 			delete(t.unallocatedSince, c.UID)
-			d := boundedDuration(now.Sub(start), c.AllocatedAt.Sub(c.Obj.CreationTimestamp.Time), !c.AllocatedAt.IsZero())
-			for _, class := range c.AllocatedClasses() {
-				t.obs.ObserveAllocation(class, d)
+			if d, ok := transitionDuration(start, created, c.AllocatedAt, now, arr); ok {
+				t.observeAllocation(c, d)
 			}
+		} else if old == nil && t.recoverable(c.AllocatedAt) {
+			// Created and allocated while the exporter was not watching
+			// (first seen allocated): timed from the timestamps, once.
+			t.observeAllocation(c, max(c.AllocatedAt.Sub(created), 0))
 		}
 	}
 	if old != nil {
-		t.releaseOnClaimChange(old, c, now)
+		t.releaseOnClaimChange(old, c, now, arr)
 	}
-	t.claimStartupStages(ix, c, now, live)
+	t.claimStartupStages(ix, c, now, arr)
+}
+
+func (t *latencyTracker) observeAllocation(c *Claim, d time.Duration) {
+	for _, class := range c.AllocatedClasses() {
+		t.obs.ObserveAllocation(class, d)
+	}
+}
+
+// recoverable reports whether a transition recorded at ts, which the
+// exporter did not see happen, is observed: it happened after the process
+// started.
+func (t *latencyTracker) recoverable(ts time.Time) bool {
+	return !ts.IsZero() && !ts.Before(t.started)
+}
+
+// transitionDuration times a transition from start (when the exporter saw
+// the object begin, or its creation) to a stage the object reached at
+// stageAt by its own timestamp (zero: not recorded). A change that arrives
+// live within promptWindow of its timestamp, or live without one, is timed
+// by the clock (bounded by the timestamps); any other by the timestamps
+// alone, from created. A late change without a timestamp is not timed.
+func transitionDuration(start, created, stageAt, now time.Time, arr arrival) (time.Duration, bool) {
+	stamped := !stageAt.IsZero()
+	switch {
+	case arr == arrivedLive && (!stamped || now.Sub(stageAt) < promptWindow):
+		return boundedDuration(now.Sub(start), stageAt.Sub(created), stamped), true
+	case stamped:
+		return max(stageAt.Sub(created), 0), true
+	}
+	return 0, false
 }
 
 // startTime is when an object was created: the moment its creation reached
@@ -114,7 +176,7 @@ func (t *latencyTracker) claimChanged(ix *Index, old, c *Claim, now time.Time, l
 // creationTimestamp (second precision). An add seen late (a relist after a
 // watch outage) is not prompt.
 func startTime(created, now time.Time, liveAdd bool) time.Time {
-	if liveAdd && now.Sub(created) < 2*time.Second {
+	if liveAdd && now.Sub(created) < promptWindow {
 		return now
 	}
 	return created
@@ -131,7 +193,13 @@ func boundedDuration(observed, fromTimestamps time.Duration, haveTimestamps bool
 	return max(observed, 0)
 }
 
-func (t *latencyTracker) releaseOnClaimChange(old, c *Claim, now time.Time) {
+func (t *latencyTracker) releaseOnClaimChange(old, c *Claim, now time.Time, arr arrival) {
+	if arr == arrivedLate {
+		// Let go while the exporter was not watching: the API records
+		// no time for it.
+		t.forgetRelease(old, c)
+		return
+	}
 	var removed []types.UID
 	for _, r := range old.Obj.Status.ReservedFor {
 		if c == nil || !c.ReservedFor(r.UID) {
@@ -155,6 +223,14 @@ func (t *latencyTracker) releaseOnClaimChange(old, c *Claim, now time.Time) {
 		rel.deallocated = now
 	}
 	t.pairRelease(old.UID, rel)
+}
+
+// forgetRelease drops what was waiting to be paired for a claim that let
+// go of pods, or was deallocated, while the exporter was not watching.
+func (t *latencyTracker) forgetRelease(old, c *Claim) {
+	if c == nil || !c.Allocated() || len(c.Obj.Status.ReservedFor) == 0 {
+		delete(t.releases, old.UID)
+	}
 }
 
 func (t *latencyTracker) release(c *Claim, now time.Time) *claimRelease {
@@ -259,7 +335,7 @@ func (t *latencyTracker) sweep(now time.Time) {
 }
 
 // podChanged handles a pod added (old nil), updated, or deleted (p nil).
-func (t *latencyTracker) podChanged(ix *Index, old, p *Pod, now time.Time, live bool) {
+func (t *latencyTracker) podChanged(ix *Index, old, p *Pod, now time.Time, arr arrival) {
 	if t.obs == nil {
 		return
 	}
@@ -267,45 +343,44 @@ func (t *latencyTracker) podChanged(ix *Index, old, p *Pod, now time.Time, live 
 	switch {
 	case p == nil:
 		delete(t.startups, old.UID)
-		if !old.Terminal() {
+		if !old.Terminal() && arr != arrivedLate {
 			t.podEnded(ix, old.UID, now)
 		}
 		return
 	case p.Terminal():
 		delete(t.startups, p.UID)
-		if live && (old == nil || !old.Terminal()) {
+		if arr == arrivedLive && (old == nil || !old.Terminal()) {
 			t.podEnded(ix, p.UID, now)
 		}
 		return
 	}
 	st := t.startups[p.UID]
 	if st == nil {
-		if old != nil || p.Ready() || p.Obj.DeletionTimestamp != nil {
+		if old != nil || p.Obj.DeletionTimestamp != nil {
 			return // only a pod's first start is timed
 		}
-		st = &podStartup{key: p.Key, start: startTime(p.Obj.CreationTimestamp.Time, now, live), done: map[string]bool{}}
-		if !live {
-			// Stages reached before we saw the pod are not observed.
-			for _, stage := range ix.reachedStages(p) {
-				st.done[stage] = true
-			}
-		}
+		st = &podStartup{key: p.Key, start: startTime(p.Obj.CreationTimestamp.Time, now, arr == arrivedLive), done: map[string]bool{}}
 		t.startups[p.UID] = st
+		// The stages it reached before the exporter saw it are known
+		// only from their timestamps.
+		t.observeStages(ix, p, st, now, arrivedLate)
+		return
 	}
-	t.observeStages(ix, p, st, now, live)
+	t.observeStages(ix, p, st, now, arr)
 }
 
 // claimStartupStages re-evaluates the pods a claim may belong to. A claim
-// from an informer's initial list completes stages that were reached
-// before we saw them: they are marked, not observed.
-func (t *latencyTracker) claimStartupStages(ix *Index, c *Claim, now time.Time, live bool) {
+// from an informer's initial list or a relist completes stages that were
+// reached before we saw them: they are observed from their timestamps, when
+// they have one and it is after the process started.
+func (t *latencyTracker) claimStartupStages(ix *Index, c *Claim, now time.Time, arr arrival) {
 	if len(t.startups) == 0 || c == nil {
 		return
 	}
 	if c.OwnerPod != nil {
 		if st := t.startups[c.OwnerPod.UID]; st != nil {
 			if p := ix.pods[st.key]; p != nil {
-				t.observeStages(ix, p, st, now, live)
+				t.observeStages(ix, p, st, now, arr)
 			}
 		}
 		return
@@ -315,28 +390,101 @@ func (t *latencyTracker) claimStartupStages(ix *Index, c *Claim, now time.Time, 
 			continue
 		}
 		if p := ix.pods[st.key]; p != nil {
-			t.observeStages(ix, p, st, now, live)
+			t.observeStages(ix, p, st, now, arr)
 		}
 	}
 }
 
-func (t *latencyTracker) observeStages(ix *Index, p *Pod, st *podStartup, now time.Time, live bool) {
+// observeStages observes the stages the pod reached since the last call:
+// by the clock when the change arrived live and prompt, else from the
+// stage's timestamp when it is after the process started (a stage reached
+// earlier, or without a timestamp, is marked and not observed).
+func (t *latencyTracker) observeStages(ix *Index, p *Pod, st *podStartup, now time.Time, arr arrival) {
 	lane := ix.podLane(p)
 	if lane == "" {
 		return
 	}
+	created := p.Obj.CreationTimestamp.Time
 	for _, stage := range ix.reachedStages(p) {
 		if st.done[stage] {
 			continue
 		}
 		st.done[stage] = true
-		if live {
-			t.obs.ObservePodStartup(lane, stage, max(now.Sub(st.start), 0))
+		at := ix.stageTime(p, stage)
+		if !at.IsZero() {
+			at = maxTime(at, created) // a claim made before its pod
+		}
+		if arr != arrivedLive && !t.recoverable(at) {
+			continue
+		}
+		if d, ok := transitionDuration(st.start, created, at, now, arr); ok {
+			t.obs.ObservePodStartup(lane, stage, d)
 		}
 	}
-	if st.done[StageReady] {
+	if st.done[StageReady] && (lane != LaneDRA && lane != LaneDRAExtended || st.done[StageAllocated]) {
 		delete(t.startups, p.UID)
 	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// stageTime returns when the pod reached a stage by the timestamps of the
+// pod and its claims, or the zero time when they do not record it.
+func (ix *Index) stageTime(p *Pod, stage string) time.Time {
+	var at time.Time
+	switch stage {
+	case StageClaimCreated, StageAllocated:
+		for _, pc := range resolvePodClaims((*indexClaims)(ix), p) {
+			if pc.Claim == nil {
+				return time.Time{}
+			}
+			ts := pc.Claim.Obj.CreationTimestamp.Time
+			if stage == StageAllocated {
+				ts = pc.Claim.AllocatedAt
+			}
+			if ts.IsZero() {
+				return time.Time{}
+			}
+			at = maxTime(at, ts)
+		}
+	case StageBound, StageReady:
+		want := corev1.PodScheduled
+		if stage == StageReady {
+			want = corev1.PodReady
+		}
+		for _, c := range p.Obj.Status.Conditions {
+			if c.Type == want && c.Status == corev1.ConditionTrue {
+				at = c.LastTransitionTime.Time
+			}
+		}
+	case StageStarted:
+		for _, statuses := range [][]corev1.ContainerStatus{p.Obj.Status.InitContainerStatuses, p.Obj.Status.ContainerStatuses} {
+			for _, cs := range statuses {
+				for _, ts := range []time.Time{runningSince(cs.State), runningSince(cs.LastTerminationState)} {
+					if !ts.IsZero() && (at.IsZero() || ts.Before(at)) {
+						at = ts
+					}
+				}
+			}
+		}
+	}
+	return at
+}
+
+// runningSince is when a container in that state started running.
+func runningSince(s corev1.ContainerState) time.Time {
+	switch {
+	case s.Running != nil:
+		return s.Running.StartedAt.Time
+	case s.Terminated != nil:
+		return s.Terminated.StartedAt.Time
+	}
+	return time.Time{}
 }
 
 // reachedStages returns the startup stages the pod has reached.

@@ -97,12 +97,14 @@ func (u *deviceUsage) add(c *Claim, r Result) {
 // since the last one (no Upsert or Delete), it returns that one: a snapshot
 // is read-only, and collectors may key what they rendered on its pointer.
 // The joins of the kinds that did not change since the last one are that
-// one's (read-only too): a new event rebuilds the event joins only.
+// one's (read-only too): a new event rebuilds the event joins only. While
+// the index is poisoned (a write panicked half-way; see Rebuild) it hands
+// out the last snapshot taken before.
 func (ix *Index) Snapshot() *Snapshot {
 	ix.snapMu.Lock()
 	defer ix.snapMu.Unlock()
 	ix.mu.RLock()
-	if ix.snap != nil && ix.snapVersion == ix.version {
+	if ix.snap != nil && (ix.snapVersion == ix.version || ix.poisoned) {
 		ix.mu.RUnlock()
 		return ix.snap
 	}

@@ -8,13 +8,16 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -25,16 +28,37 @@ import (
 
 // Sink receives objects (the index).
 type Sink interface {
+	// Upsert adds or replaces an object; live is false for an informer's
+	// initial list.
 	Upsert(obj any, live bool) error
+	// UpsertLate and DeleteLate are the changes a relist found after a
+	// watch was down: they happened at some unknown time before now.
+	UpsertLate(obj any) error
 	Delete(obj any) error
+	DeleteLate(obj any) error
+	// Rebuild replaces the contents, all at once, with the objects fill
+	// hands to add (after a write panicked half-way).
+	Rebuild(fill func(add func(obj any) error) error) error
 }
 
 // Recorder receives the informers' health (the self-metrics).
 type Recorder interface {
 	Event(resource, typ string)
-	WatchError(resource string)
+	// WatchError counts an error a list or watch met, by reason (the
+	// Reason constants).
+	WatchError(resource, reason string)
+	// Relisted counts a list after the initial one (after a watch could
+	// not resume: 410 Gone, or the API server came back without the
+	// events).
+	Relisted(resource string)
 	Rejected(resource string)
+	// IndexRebuilt counts a rebuild of the index after a write panicked.
+	IndexRebuilt()
 	TrackSynced(resource string, synced func() bool)
+	// TrackWatch registers the resource's watch state: whether the index
+	// holds the resource as the API server has it now, and since when
+	// that holds (see WatchState).
+	TrackWatch(resource string, state func() (healthy bool, since time.Time))
 }
 
 // Resources the exporter watches, as named in self-metrics.
@@ -79,66 +103,145 @@ func RESTConfig(path string) (*rest.Config, error) {
 type Options struct {
 	Trimmer objects.Trimmer
 	Logger  *slog.Logger
+	// Gate, when set, holds calls while the API server does not answer
+	// (see Gate); the probe opens it.
+	Gate *Gate
+	// Now is the clock of the watch states; nil means time.Now.
+	Now func() time.Time
 }
 
 // Informers are the running informers.
 type Informers struct {
-	synced map[string]cache.InformerSynced
+	synced    map[string]cache.InformerSynced
+	resources []*resource
+	w         *writer
 }
+
+// source is one resource the exporter lists and watches.
+type source struct {
+	name string
+	obj  runtime.Object
+	lw   cache.ListerWatcher
+}
+
+// rebuildOrder is the order a rebuild adds the resources in: what others
+// refer to first, as a file is loaded.
+var rebuildOrder = []string{ResDeviceClasses, ResDeviceTaintRules, ResResourceSlices, ResNodes, ResResourceClaims, ResPods, ResEvents}
 
 // Start creates the informers, starts them, and returns without waiting for
 // their initial lists.
+//
+// Each informer is client-go's list/watch controller (cache.New: a
+// reflector and a RealFIFO that delivers a relist as one item) with a
+// process function of ours, rather than a shared informer: the shared
+// informer hands events to handlers on a goroutine of its own, so nothing
+// could tell when a relist had reached the index, and it drops the relist
+// of an object that did not change. Here a relist is applied whole, under
+// the writer's lock, before the resource counts as current again.
 func Start(ctx context.Context, client kubernetes.Interface, sink Sink, rec Recorder, opts Options) (*Informers, error) {
-	transform := trimTransform(opts.Trimmer)
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(transform))
-	// Only Warning events about pods carry DRA evidence.
-	eventFactory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(transform),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.AndSelectors(
-				fields.OneTermEqualSelector("type", "Warning"),
-				fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
-			).String()
-		}))
-
-	sources := []struct {
-		name     string
-		informer cache.SharedIndexInformer
-	}{
-		{ResDeviceClasses, factory.Resource().V1().DeviceClasses().Informer()},
-		{ResResourceSlices, factory.Resource().V1().ResourceSlices().Informer()},
-		{ResResourceClaims, factory.Resource().V1().ResourceClaims().Informer()},
-		{ResPods, factory.Core().V1().Pods().Informer()},
-		{ResNodes, factory.Core().V1().Nodes().Informer()},
-		{ResEvents, eventFactory.Core().V1().Events().Informer()},
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	events := func(o *metav1.ListOptions) {
+		// Only Warning events about pods carry DRA evidence.
+		o.FieldSelector = fields.AndSelectors(
+			fields.OneTermEqualSelector("type", "Warning"),
+			fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
+		).String()
+	}
+	r := client.ResourceV1()
+	sources := []source{
+		{ResDeviceClasses, &resourceapi.DeviceClass{}, listWatch[*resourceapi.DeviceClassList](r.DeviceClasses(), nil, client)},
+		{ResResourceSlices, &resourceapi.ResourceSlice{}, listWatch[*resourceapi.ResourceSliceList](r.ResourceSlices(), nil, client)},
+		{ResResourceClaims, &resourceapi.ResourceClaim{}, listWatch[*resourceapi.ResourceClaimList](r.ResourceClaims(""), nil, client)},
+		{ResPods, &corev1.Pod{}, listWatch[*corev1.PodList](client.CoreV1().Pods(""), nil, client)},
+		{ResNodes, &corev1.Node{}, listWatch[*corev1.NodeList](client.CoreV1().Nodes(), nil, client)},
+		{ResEvents, &corev1.Event{}, listWatch[*corev1.EventList](client.CoreV1().Events(""), events, client)},
 	}
 	if servesDeviceTaintRules(client) {
-		sources = append(sources, struct {
-			name     string
-			informer cache.SharedIndexInformer
-		}{ResDeviceTaintRules, factory.Resource().V1().DeviceTaintRules().Informer()})
-	} else if opts.Logger != nil {
+		sources = append(sources, source{ResDeviceTaintRules, &resourceapi.DeviceTaintRule{}, listWatch[*resourceapi.DeviceTaintRuleList](r.DeviceTaintRules(), nil, client)})
+	} else {
 		opts.Logger.Info("the API server does not serve resource.k8s.io/v1 devicetaintrules: device taints come from ResourceSlices only")
 	}
-	inf := &Informers{synced: map[string]cache.InformerSynced{}}
-	for _, src := range sources {
-		h := handler{resource: src.name, sink: sink, rec: rec, logger: opts.Logger}
-		if err := src.informer.SetWatchErrorHandlerWithContext(h.watchError); err != nil {
-			return nil, fmt.Errorf("%s informer: %w", src.name, err)
-		}
-		reg, err := src.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
-			AddFunc:    h.add,
-			UpdateFunc: h.update,
-			DeleteFunc: h.delete,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%s informer: %w", src.name, err)
-		}
-		inf.synced[src.name] = reg.HasSynced
-		rec.TrackSynced(src.name, reg.HasSynced)
+	return start(ctx, sources, sink, rec, opts), nil
+}
+
+func start(ctx context.Context, sources []source, sink Sink, rec Recorder, opts Options) *Informers {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	factory.Start(ctx.Done())
-	eventFactory.Start(ctx.Done())
-	return inf, nil
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	transform := trimTransform(opts.Trimmer)
+	w := &writer{sink: sink, rec: rec, logger: opts.Logger}
+	inf := &Informers{synced: map[string]cache.InformerSynced{}, w: w}
+	var controllers []cache.Controller
+	for _, src := range sources {
+		res := &resource{
+			name:  src.name,
+			store: cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc),
+			watch: newResourceWatch(src.name, rec, opts.Logger, opts.Gate, opts.Now),
+		}
+		inf.resources = append(inf.resources, res)
+		ctl := cache.New(&cache.Config{
+			Queue: cache.NewRealFIFOWithOptions(cache.RealFIFOOptions{
+				Name:                  src.name,
+				Transformer:           transform,
+				AtomicEvents:          true,
+				UnlockWhileProcessing: true,
+			}),
+			ListerWatcher:     newGatedLW(src.lw, res.watch, ctx.Done()),
+			ObjectType:        src.obj,
+			ObjectDescription: src.name,
+			Process:           func(obj any, initial bool) error { return w.process(res, obj, initial) },
+			// The gated ListerWatcher counts and logs every error.
+			WatchErrorHandlerWithContext: func(context.Context, *cache.Reflector, error) {},
+		})
+		controllers = append(controllers, ctl)
+		inf.synced[src.name] = ctl.HasSynced
+		rec.TrackSynced(src.name, ctl.HasSynced)
+		rec.TrackWatch(src.name, func() (bool, time.Time) {
+			st := res.watch.State()
+			return st.Healthy, st.Since
+		})
+	}
+	for _, name := range rebuildOrder {
+		for _, res := range inf.resources {
+			if res.name == name {
+				w.resources = append(w.resources, res)
+			}
+		}
+	}
+	for _, ctl := range controllers {
+		go ctl.RunWithContext(ctx)
+	}
+	return inf
+}
+
+// listWatchClient is a typed client's list and watch of one resource.
+type listWatchClient[L runtime.Object] interface {
+	List(context.Context, metav1.ListOptions) (L, error)
+	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
+}
+
+// listWatch lists and watches with a typed client (protobuf), as the
+// generated informers do.
+func listWatch[L runtime.Object](c listWatchClient[L], tweak func(*metav1.ListOptions), client kubernetes.Interface) cache.ListerWatcher {
+	opts := func(o metav1.ListOptions) metav1.ListOptions {
+		if tweak != nil {
+			tweak(&o)
+		}
+		return o
+	}
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.List(ctx, opts(o))
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return c.Watch(ctx, opts(o))
+		},
+	}, client)
 }
 
 // Unsynced returns the resources whose initial list has not completed.
@@ -152,6 +255,33 @@ func (i *Informers) Unsynced() []string {
 	return out
 }
 
+// Stale returns the resources whose watch is not current: broken, or
+// resumed from a list that the index has not all received.
+func (i *Informers) Stale() []string {
+	var out []string
+	for _, r := range i.resources {
+		if !r.watch.State().Healthy {
+			out = append(out, r.name)
+		}
+	}
+	return out
+}
+
+// Rebuilding reports whether the index is being rebuilt after a write
+// panicked.
+func (i *Informers) Rebuilding() bool { return i.w.rebuilding.Load() }
+
+// objects returns what the informers keep of a resource (the objects as
+// the sink last accepted them).
+func (i *Informers) objects(name string) []any {
+	for _, r := range i.resources {
+		if r.name == name {
+			return r.store.List()
+		}
+	}
+	return nil
+}
+
 // WaitForSync waits until every informer synced or ctx is done, and
 // reports whether they synced.
 func (i *Informers) WaitForSync(ctx context.Context) bool {
@@ -162,44 +292,87 @@ func (i *Informers) WaitForSync(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), fns...)
 }
 
-type handler struct {
-	resource string
-	sink     Sink
-	rec      Recorder
-	logger   *slog.Logger
-}
-
-func (h handler) add(obj any, initial bool) {
-	h.apply("add", func() error { return h.sink.Upsert(obj, !initial) })
-}
-
-func (h handler) update(_, obj any) {
-	h.apply("update", func() error { return h.sink.Upsert(obj, true) })
-}
-
-func (h handler) delete(obj any) {
-	h.apply("delete", func() error { return h.sink.Delete(obj) })
-}
-
-// apply runs one index change; a failure or a panic on unexpected data is
-// logged and counted, never fatal.
-func (h handler) apply(typ string, fn func() error) {
-	h.rec.Event(h.resource, typ)
-	defer func() {
-		if r := recover(); r != nil {
-			h.rec.Rejected(h.resource)
-			h.logger.Error("index update panicked", "resource", h.resource, "type", typ, "panic", r, "stack", string(debug.Stack()))
-		}
-	}()
-	if err := fn(); err != nil {
-		h.rec.Rejected(h.resource)
-		h.logger.Warn("object rejected", "resource", h.resource, "type", typ, "err", err)
+// process applies one item of a resource's queue: a relist (whole), or
+// one watch event.
+func (w *writer) process(r *resource, obj any, initial bool) error {
+	deltas, ok := obj.(cache.Deltas)
+	if !ok {
+		return errNotDeltas
 	}
+	for _, d := range deltas {
+		switch d.Type {
+		case cache.ReplacedAll:
+			info, ok := d.Object.(cache.ReplacedAllInfo)
+			if !ok {
+				return fmt.Errorf("%s: ReplacedAll without ReplacedAllInfo: %T", r.name, d.Object)
+			}
+			w.apply(r, w.replacement(r, info.Objects, initial))
+			r.watch.listApplied()
+		case cache.Added, cache.Updated, cache.Replaced, cache.Sync:
+			old, _, _ := r.store.Get(d.Object)
+			typ := "update"
+			if old == nil {
+				typ = "add"
+			}
+			o := d.Object
+			w.apply(r, []change{{typ: typ, obj: o, old: old, write: func() error { return w.sink.Upsert(o, true) }}})
+		case cache.Deleted:
+			o := d.Object
+			old, _, _ := r.store.Get(o)
+			w.apply(r, []change{{typ: "delete", obj: o, old: old, write: func() error { return w.sink.Delete(o) }}})
+		}
+	}
+	return nil
 }
 
-func (h handler) watchError(ctx context.Context, r *cache.Reflector, err error) {
-	h.rec.WatchError(h.resource)
-	cache.DefaultWatchErrorHandler(ctx, r, err)
+// replacement returns the changes a list makes to the cached objects:
+// deletes of those it lacks, then the objects it has, but for those whose
+// resourceVersion did not change. A relist's are late (see Sink).
+func (w *writer) replacement(r *resource, objs []any, initial bool) []change {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	listed := make(map[string]struct{}, len(objs))
+	for _, o := range objs {
+		if k, err := cache.DeletionHandlingMetaNamespaceKeyFunc(o); err == nil {
+			listed[k] = struct{}{}
+		}
+	}
+	var out []change
+	for _, k := range r.store.ListKeys() {
+		if _, ok := listed[k]; ok {
+			continue
+		}
+		old, ok, _ := r.store.GetByKey(k)
+		if !ok {
+			continue
+		}
+		tomb := cache.DeletedFinalStateUnknown{Key: k, Obj: old}
+		out = append(out, change{typ: "delete", obj: tomb, old: old, write: func() error { return w.sink.DeleteLate(tomb) }})
+	}
+	for _, o := range objs {
+		old, _, _ := r.store.Get(o)
+		if old != nil && sameVersion(old, o) {
+			continue
+		}
+		typ := "update"
+		if old == nil {
+			typ = "add"
+		}
+		write := func() error { return w.sink.UpsertLate(o) }
+		if initial {
+			write = func() error { return w.sink.Upsert(o, false) }
+		}
+		out = append(out, change{typ: typ, obj: o, old: old, write: write})
+	}
+	return out
+}
+
+// sameVersion reports whether two versions of an object have the same
+// resourceVersion (a relist of an object that did not change).
+func sameVersion(a, b any) bool {
+	ma, err1 := meta.Accessor(a)
+	mb, err2 := meta.Accessor(b)
+	return err1 == nil && err2 == nil && ma.GetResourceVersion() != "" && ma.GetResourceVersion() == mb.GetResourceVersion()
 }
 
 // servesDeviceTaintRules asks discovery whether resource.k8s.io/v1 has

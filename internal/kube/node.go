@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
@@ -57,22 +56,24 @@ type NodeOptions struct {
 	ClaimRefresh time.Duration
 	Trimmer      objects.Trimmer
 	Logger       *slog.Logger
+	// Gate, when set, holds the watches while the API server does not
+	// answer (see Gate); the probe opens it.
+	Gate *Gate
 }
 
 // NodeStore watches only what one node needs, so that thousands of agents
 // do not each watch the cluster: pods and ResourceSlices by spec.nodeName
-// and the node's own Node, trimmed as the exporter trims them. Claims are
-// fetched by name (get) for the node's pods and for what the kubelet
-// reports, and refreshed when a pod changes and every refresh interval;
-// there is no claim watch.
+// and the node's own Node, trimmed as the exporter trims them, through the
+// same list/watch controllers, gate and watch health as the exporter's
+// informers. Claims are fetched by name (get) for the node's pods and for
+// what the kubelet reports, and refreshed when a pod changes and every
+// refresh interval; there is no claim watch.
 type NodeStore struct {
 	client kubernetes.Interface
 	rec    NodeRecorder
 	opts   NodeOptions
-	synced []cache.InformerSynced
-
-	pods, slices cache.SharedIndexInformer
-	kick         chan struct{}
+	inf    *Informers
+	kick   chan struct{}
 
 	mu      sync.Mutex
 	claims  map[string]*resourceapi.ResourceClaim
@@ -85,74 +86,54 @@ func StartNode(ctx context.Context, client kubernetes.Interface, rec NodeRecorde
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	transform := informers.WithTransform(trimTransform(opts.Trimmer))
-	byNode := informers.NewSharedInformerFactoryWithOptions(client, 0, transform, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", opts.Node).String()
-	}))
-	self := informers.NewSharedInformerFactoryWithOptions(client, 0, transform, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.Node).String()
-	}))
 	s := &NodeStore{
 		client: client, rec: rec, opts: opts,
-		pods:   byNode.Core().V1().Pods().Informer(),
-		slices: byNode.Resource().V1().ResourceSlices().Informer(),
 		kick:   make(chan struct{}, 1),
 		claims: map[string]*resourceapi.ResourceClaim{},
 		wanted: map[string]bool{},
 	}
-	sources := []struct {
-		name     string
-		informer cache.SharedIndexInformer
-	}{
-		{ResPods, s.pods},
-		{ResResourceSlices, s.slices},
-		{ResNodes, self.Core().V1().Nodes().Informer()},
+	onNode := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", opts.Node).String()
 	}
-	for _, src := range sources {
-		// Pod changes fetch the claims again; every event is counted
-		// and a watch error is a self-metric, as in the exporter.
-		var sink Sink = nopSink{}
-		if src.name == ResPods {
-			sink = kickSink{s}
-		}
-		h := handler{resource: src.name, sink: sink, rec: rec, logger: opts.Logger}
-		if err := src.informer.SetWatchErrorHandlerWithContext(h.watchError); err != nil {
-			return nil, err
-		}
-		reg, err := src.informer.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{AddFunc: h.add, UpdateFunc: h.update, DeleteFunc: h.delete})
-		if err != nil {
-			return nil, err
-		}
-		s.synced = append(s.synced, reg.HasSynced)
-		rec.TrackSynced(src.name, reg.HasSynced)
+	self := func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.Node).String()
 	}
-	byNode.Start(ctx.Done())
-	self.Start(ctx.Done())
+	sources := []source{
+		{ResPods, &corev1.Pod{}, listWatch[*corev1.PodList](client.CoreV1().Pods(""), onNode, client)},
+		{ResResourceSlices, &resourceapi.ResourceSlice{}, listWatch[*resourceapi.ResourceSliceList](client.ResourceV1().ResourceSlices(), onNode, client)},
+		{ResNodes, &corev1.Node{}, listWatch[*corev1.NodeList](client.CoreV1().Nodes(), self, client)},
+	}
+	s.inf = start(ctx, sources, nodeSink{s}, rec, Options{Trimmer: opts.Trimmer, Logger: opts.Logger, Gate: opts.Gate})
 	go s.fetchLoop(ctx)
 	return s, nil
 }
 
-// nopSink keeps nothing: the informer's own store is the node's state.
-type nopSink struct{}
+// nodeSink keeps nothing (the informers' caches are the node's state): a
+// change of a pod fetches the claims again.
+type nodeSink struct{ s *NodeStore }
 
-func (nopSink) Upsert(any, bool) error { return nil }
-func (nopSink) Delete(any) error       { return nil }
+func (k nodeSink) kickFor(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if _, ok := obj.(*corev1.Pod); ok {
+		k.s.Kick()
+	}
+}
 
-// kickSink asks for the claims to be fetched again.
-type kickSink struct{ s *NodeStore }
+func (k nodeSink) Upsert(obj any, _ bool) error { k.kickFor(obj); return nil }
+func (k nodeSink) UpsertLate(obj any) error     { k.kickFor(obj); return nil }
+func (k nodeSink) Delete(obj any) error         { k.kickFor(obj); return nil }
+func (k nodeSink) DeleteLate(obj any) error     { k.kickFor(obj); return nil }
 
-func (k kickSink) Upsert(any, bool) error { k.s.Kick(); return nil }
-func (k kickSink) Delete(any) error       { k.s.Kick(); return nil }
+// Rebuild has nothing to rebuild: the caches are the state.
+func (k nodeSink) Rebuild(func(add func(obj any) error) error) error { return nil }
 
 // Synced reports whether the initial lists completed.
-func (s *NodeStore) Synced() bool {
-	for _, fn := range s.synced {
-		if !fn() {
-			return false
-		}
-	}
-	return true
-}
+func (s *NodeStore) Synced() bool { return len(s.inf.Unsynced()) == 0 }
+
+// Stale returns the node's resources whose watch is not current.
+func (s *NodeStore) Stale() []string { return s.inf.Stale() }
 
 // Kick asks the fetcher to refresh the claims now.
 func (s *NodeStore) Kick() {
@@ -165,7 +146,7 @@ func (s *NodeStore) Kick() {
 // Pods returns the node's pods.
 func (s *NodeStore) Pods() []*corev1.Pod {
 	var out []*corev1.Pod
-	for _, o := range s.pods.GetStore().List() {
+	for _, o := range s.inf.objects(ResPods) {
 		if p, ok := o.(*corev1.Pod); ok {
 			out = append(out, p)
 		}
@@ -176,7 +157,7 @@ func (s *NodeStore) Pods() []*corev1.Pod {
 // Slices returns the node's ResourceSlices.
 func (s *NodeStore) Slices() []*objects.Slice {
 	var out []*objects.Slice
-	for _, o := range s.slices.GetStore().List() {
+	for _, o := range s.inf.objects(ResResourceSlices) {
 		if rs, ok := o.(*objects.Slice); ok {
 			out = append(out, rs)
 		}

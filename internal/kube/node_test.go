@@ -30,10 +30,13 @@ func (r *nodeRecorder) Event(resource, _ string) {
 	defer r.mu.Unlock()
 	r.events[resource]++
 }
-func (r *nodeRecorder) WatchError(string)               {}
-func (r *nodeRecorder) Rejected(string)                 {}
-func (r *nodeRecorder) TrackSynced(string, func() bool) {}
-func (r *nodeRecorder) ClaimFetchError(reason string)   { r.mu.Lock(); r.fetch[reason]++; r.mu.Unlock() }
+func (r *nodeRecorder) WatchError(string, string)                   {}
+func (r *nodeRecorder) Relisted(string)                             {}
+func (r *nodeRecorder) IndexRebuilt()                               {}
+func (r *nodeRecorder) Rejected(string)                             {}
+func (r *nodeRecorder) TrackSynced(string, func() bool)             {}
+func (r *nodeRecorder) TrackWatch(string, func() (bool, time.Time)) {}
+func (r *nodeRecorder) ClaimFetchError(reason string)               { r.mu.Lock(); r.fetch[reason]++; r.mu.Unlock() }
 func (r *nodeRecorder) count(m map[string]int, k string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -358,12 +358,18 @@ func WriteKubeconfig(path, server, caFile, token string) error {
 func (cp *ControlPlane) CAFile() string { return filepath.Join(cp.Dir, "certs", "apiserver.crt") }
 
 func (cp *ControlPlane) spawn(name string, args ...string) error {
+	return cp.spawnBinary(name, name, args...)
+}
+
+// spawnBinary starts the binary under another name (a replica of a
+// component), logging to name.log.
+func (cp *ControlPlane) spawnBinary(name, binary string, args ...string) error {
 	logPath := filepath.Join(cp.Dir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(cp.BinDir, name), args...)
+	cmd := exec.Command(filepath.Join(cp.BinDir, binary), args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The processes die with the test binary, even when it is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -383,11 +389,18 @@ func (cp *ControlPlane) spawn(name string, args ...string) error {
 	return nil
 }
 
-func (cp *ControlPlane) stop(name string) {
+// take removes a component from the running ones and returns it (nil when
+// it is not running).
+func (cp *ControlPlane) take(name string) *process {
 	cp.mu.Lock()
+	defer cp.mu.Unlock()
 	p := cp.procs[name]
 	delete(cp.procs, name)
-	cp.mu.Unlock()
+	return p
+}
+
+func (cp *ControlPlane) stop(name string) {
+	p := cp.take(name)
 	if p == nil {
 		return
 	}
@@ -400,11 +413,24 @@ func (cp *ControlPlane) stop(name string) {
 	}
 }
 
-// Stop stops every process, the API server's clients first.
+// Stop stops every process, the API server's clients first and etcd
+// last.
 func (cp *ControlPlane) Stop() {
-	for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kube-apiserver", "etcd"} {
+	for _, name := range []string{"kube-controller-manager", "kube-scheduler", "kube-apiserver"} {
 		cp.stop(name)
 	}
+	cp.mu.Lock()
+	var others []string
+	for name := range cp.procs {
+		if name != "etcd" {
+			others = append(others, name)
+		}
+	}
+	cp.mu.Unlock()
+	for _, name := range others {
+		cp.stop(name)
+	}
+	cp.stop("etcd")
 }
 
 // waitHTTP polls a health endpoint until it answers 200, failing early when

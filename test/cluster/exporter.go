@@ -87,9 +87,10 @@ func AccountKubeconfig(ctx context.Context, cp *ControlPlane, clusterRoleFile, a
 
 // Exporter is a running dra-exporter serve process.
 type Exporter struct {
-	URL string
-	Log string
-	cmd *exec.Cmd
+	URL    string
+	Log    string
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
 // StartExporter runs `dra-exporter serve` and waits for /readyz.
@@ -105,6 +106,24 @@ func StartNodeAgent(ctx context.Context, binary, kubeconfig, dir, node string, e
 }
 
 func startCommand(ctx context.Context, binary, logPath string, args []string) (*Exporter, error) {
+	e, err := launch(binary, logPath, args)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.WaitReady(ctx, 60*time.Second); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	return e, nil
+}
+
+// LaunchExporter runs `dra-exporter serve`, logging to logPath, without
+// waiting for it to be ready (its API server may be down).
+func LaunchExporter(binary, kubeconfig, logPath string, extraArgs ...string) (*Exporter, error) {
+	return launch(binary, logPath, append([]string{"serve", "--kubeconfig=" + kubeconfig, "--log.level=debug", "--kube.probe-interval=2s"}, extraArgs...))
+}
+
+func launch(binary, logPath string, args []string) (*Exporter, error) {
 	port, err := FreePort()
 	if err != nil {
 		return nil, err
@@ -122,11 +141,18 @@ func startCommand(ctx context.Context, binary, logPath string, args []string) (*
 		logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", binary, err)
 	}
-	go func() { _ = cmd.Wait(); logFile.Close() }()
-	e := &Exporter{URL: "http://" + addr, Log: logPath, cmd: cmd}
-	err = WaitFor(ctx, 60*time.Second, "dra-exporter /readyz", func(ctx context.Context) (bool, error) {
-		if cmd.ProcessState != nil {
-			return false, fmt.Errorf("dra-exporter exited: %s", Tail(logPath, 20))
+	e := &Exporter{URL: "http://" + addr, Log: logPath, cmd: cmd, exited: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logFile.Close(); close(e.exited) }()
+	return e, nil
+}
+
+// WaitReady waits for the exporter's /readyz.
+func (e *Exporter) WaitReady(ctx context.Context, timeout time.Duration) error {
+	err := WaitFor(ctx, timeout, "dra-exporter /readyz", func(ctx context.Context) (bool, error) {
+		select {
+		case <-e.exited:
+			return false, fmt.Errorf("dra-exporter exited: %s", Tail(e.Log, 20))
+		default:
 		}
 		resp, err := http.Get(e.URL + "/readyz")
 		if err != nil {
@@ -136,18 +162,44 @@ func startCommand(ctx context.Context, binary, logPath string, args []string) (*
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	if err != nil {
-		e.Stop()
-		return nil, fmt.Errorf("%w; log:\n%s", err, Tail(logPath, 30))
+		return fmt.Errorf("%w; log:\n%s", err, Tail(e.Log, 30))
 	}
-	return e, nil
+	return nil
 }
 
-// Stop stops the exporter.
+// PID is the exporter's process id.
+func (e *Exporter) PID() int { return e.cmd.Process.Pid }
+
+// ScrapeText fetches /metrics as text and how long the answer took.
+func (e *Exporter) ScrapeText(timeout time.Duration) (string, time.Duration, error) {
+	client := http.Client{Timeout: timeout}
+	start := time.Now()
+	resp, err := client.Get(e.URL + "/metrics")
+	if err != nil {
+		return "", time.Since(start), err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	took := time.Since(start)
+	if err != nil {
+		return "", took, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", took, fmt.Errorf("/metrics: %s: %s", resp.Status, body)
+	}
+	return string(body), took, nil
+}
+
+// Stop stops the exporter and waits for it to exit.
 func (e *Exporter) Stop() {
 	if e.cmd.Process != nil {
 		_ = e.cmd.Process.Signal(syscall.SIGTERM)
-		time.Sleep(200 * time.Millisecond)
-		_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+		select {
+		case <-e.exited:
+		case <-time.After(5 * time.Second):
+			_ = syscall.Kill(-e.cmd.Process.Pid, syscall.SIGKILL)
+			<-e.exited
+		}
 	}
 }
 

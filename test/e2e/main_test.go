@@ -154,22 +154,7 @@ func namespace(t *testing.T, name string) string {
 // eventually scrapes the exporter until check passes.
 func eventually(t *testing.T, timeout time.Duration, what string, check func(m cluster.Metrics) error) cluster.Metrics {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for {
-		m, err := env.exp.Scrape()
-		if err == nil {
-			if last = check(m); last == nil {
-				return m
-			}
-		} else {
-			last = err
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, last)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	return eventuallyOn(t, env.exp, timeout, what, check)
 }
 
 // one expects exactly one series matching labels, with value v.

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/klog/v2"
+
+	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/kube"
+)
+
+// The reason label's values are the informer layer's classification.
+func TestWatchErrorReasonsAgree(t *testing.T) {
+	if !slices.Equal(kube.WatchErrorReasons, collector.WatchErrorReasons) {
+		t.Errorf("kube classifies %v, the self-metrics export %v", kube.WatchErrorReasons, collector.WatchErrorReasons)
+	}
+}
+
+// client-go's log lines (klog) come out of the exporter's logger, in its
+// format, not as klog's text among them.
+func TestKlogGoesThroughTheLogger(t *testing.T) {
+	var out bytes.Buffer
+	w := webFlags{}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	w.register(fs, ":0")
+	if err := fs.Parse([]string{"--log.format=json"}); err != nil {
+		t.Fatal(err)
+	}
+	w.logger(&out)
+	defer klog.ClearLogger()
+	klog.InfoS("Warning: watch ended with error", "reflector", "pods", "err", "very short watch")
+	klog.Flush()
+	line := out.String()
+	for _, want := range []string{`"msg":"Warning: watch ended with error"`, `"reflector":"pods"`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("klog's line through the logger: %q, want %s in it", line, want)
+		}
+	}
+}
