@@ -224,7 +224,7 @@ func TestChartAccountsReadOnly(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{`dra_gpu_source_up{source="auto"} 0`, `dra_exporter_informer_synced{resource="pods"} 1`,
-		`dra_exporter_watch_errors_total{resource="resourceslices"} 0`, `dra_node_claim_fetch_errors_total{reason="forbidden"} 0`, "dra_node_podresources_up 0"} {
+		`dra_exporter_watch_errors_total{reason="forbidden",resource="resourceslices"} 0`, `dra_exporter_watch_healthy{resource="pods"} 1`, `dra_node_claim_fetch_errors_total{reason="forbidden"} 0`, "dra_node_podresources_up 0"} {
 		if !strings.Contains(string(body), want+"\n") {
 			t.Errorf("the node agent's /metrics lacks %s", want)
 		}
