@@ -193,6 +193,9 @@ func onlineGates(ctx context.Context, ns string, sel labels.Selector, f gatesFla
 			gr := gateReport{Gate: string(g), Owner: g.Owner()}
 			gr.State, gr.Reason, gr.PassedWindow, gr.Failed, gr.History = h.summary(steps, q.rng)
 			gr.Evidence = ev.forGate(g, uid)
+			if gr.State == stateFail && g != classify.GateWorkload {
+				gr.Evidence = append(gr.Evidence, fmt.Sprintf("kubectl dra explain %s/%s prints every link with the components' own messages", ns, p.pod))
+			}
 			pg.Gates = append(pg.Gates, gr)
 		}
 		r.Pods = append(r.Pods, pg)

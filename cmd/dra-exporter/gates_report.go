@@ -90,53 +90,65 @@ type verdictReport struct {
 
 // decide sets the verdict: PASS only when every gate of every pod passed
 // for the whole window (NOT EVALUATED gates, offline, are not counted) and
-// every negative control held, with at least one when required.
+// every negative control held, with at least one when required. A FAIL
+// names one cause and its owner, the most pressing first: a gate failing
+// now (in the order api, node, workload: a later gate's failure often
+// follows from an earlier one's), a negative control broken now, a gate or
+// control that passes now but not for the whole window, no pod, no control.
 func (r *gatesReport) decide() {
 	sort.Slice(r.Pods, func(i, j int) bool { return r.Pods[i].Pod < r.Pods[j].Pod })
 	sort.Slice(r.Controls, func(i, j int) bool { return r.Controls[i].Pod < r.Controls[j].Pod })
-	v := verdictReport{Pass: true}
-	fail := func(gate classify.Gate, summary string) {
-		if v.Pass {
-			v = verdictReport{Gate: string(gate), Owner: gate.Owner(), Summary: summary}
-		}
+	type cause struct {
+		rank    int
+		gate    classify.Gate
+		summary string
 	}
-	if len(r.Pods) == 0 {
-		fail(classify.GateAPI, fmt.Sprintf("no DRA pod with gates in namespace %s%s", r.Namespace, selectorNote(r.Selector)))
-	}
-	for _, g := range classify.Gates {
+	var causes []cause
+	add := func(rank int, g classify.Gate, summary string) { causes = append(causes, cause{rank, g, summary}) }
+	for gi, g := range classify.Gates {
 		for _, p := range r.Pods {
 			for _, gr := range p.Gates {
 				if gr.Gate != string(g) || gr.State == stateNotEvaluated || gr.PassedWindow {
 					continue
 				}
-				why := gr.Reason
 				if gr.State == statePass {
-					why = "passes now, not for the whole window: " + gr.History
+					add(10+gi, g, fmt.Sprintf("gate %s of %s/%s passes now, not for the whole window (%s)", g, p.Namespace, p.Pod, gr.History))
+				} else {
+					add(gi, g, fmt.Sprintf("gate %s of %s/%s fails (%s)", g, p.Namespace, p.Pod, gr.Reason))
 				}
-				fail(g, fmt.Sprintf("gate %s of %s/%s fails (%s)", g, p.Namespace, p.Pod, why))
 			}
 		}
 	}
 	for _, c := range r.Controls {
-		if !c.HeldWindow {
-			why := c.Reason
-			if c.Holds {
-				why = "holds now, not for the whole window: " + c.History
-			}
-			fail(classify.GateAPI, fmt.Sprintf("negative control %s/%s does not hold (%s)", c.Namespace, c.Pod, why))
+		switch {
+		case !c.Holds:
+			add(5, classify.GateAPI, fmt.Sprintf("negative control %s/%s is broken (%s): its selector does not keep it from a device", c.Namespace, c.Pod, c.Reason))
+		case !c.HeldWindow:
+			add(15, classify.GateAPI, fmt.Sprintf("negative control %s/%s holds now, not for the whole window (%s)", c.Namespace, c.Pod, c.History))
 		}
+	}
+	if len(r.Pods) == 0 {
+		add(20, classify.GateAPI, fmt.Sprintf("no DRA pod with gates in namespace %s%s", r.Namespace, selectorNote(r.Selector)))
 	}
 	if r.RequireControl && len(r.Controls) == 0 {
-		fail(classify.GateAPI, fmt.Sprintf("no negative control in namespace %s (a pod labelled as one, whose selector matches no device)", r.Namespace))
+		add(21, classify.GateAPI, fmt.Sprintf("no negative control in namespace %s (a pod labelled as one, whose selector matches no device)", r.Namespace))
 	}
-	if v.Pass {
-		v.Summary = fmt.Sprintf("every gate of %d pod(s) passed", len(r.Pods))
-		if r.Window != "" {
-			v.Summary += " for the whole window (" + r.Window + ")"
+	if len(causes) > 0 {
+		sort.SliceStable(causes, func(i, j int) bool { return causes[i].rank < causes[j].rank })
+		c := causes[0]
+		summary := c.summary
+		if len(causes) > 1 {
+			summary += fmt.Sprintf("; %d more cause(s) above", len(causes)-1)
 		}
-		if len(r.Controls) > 0 {
-			v.Summary += fmt.Sprintf(", %d negative control(s) held", len(r.Controls))
-		}
+		r.Verdict = verdictReport{Gate: string(c.gate), Owner: c.gate.Owner(), Summary: summary}
+		return
+	}
+	v := verdictReport{Pass: true, Summary: fmt.Sprintf("every gate of %d pod(s) passed", len(r.Pods))}
+	if r.Window != "" {
+		v.Summary += " for the whole window (" + r.Window + ")"
+	}
+	if len(r.Controls) > 0 {
+		v.Summary += fmt.Sprintf(", %d negative control(s) held", len(r.Controls))
 	}
 	r.Verdict = v
 }
