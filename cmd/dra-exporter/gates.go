@@ -133,13 +133,9 @@ func podsMatching(ctx context.Context, kubeconfig, ns string, sel labels.Selecto
 	if sel.Empty() {
 		return nil, nil
 	}
-	rc, err := kube.RESTConfig(kubeconfig)
+	client, err := kubeClient(kubeconfig)
 	if err != nil {
 		return nil, err
-	}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	pods, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
@@ -150,6 +146,20 @@ func podsMatching(ctx context.Context, kubeconfig, ns string, sel labels.Selecto
 		out[string(p.UID)] = true
 	}
 	return out, nil
+}
+
+// kubeClient is a client of the kubeconfig's cluster (get and list are all
+// the commands that read the cluster ask of it).
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	rc, err := kube.RESTConfig(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return client, nil
 }
 
 // onlineGates reads the gates from Prometheus.

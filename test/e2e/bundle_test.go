@@ -1,14 +1,10 @@
 package e2e
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -17,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dra-exporter/dra-exporter/internal/bundle"
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 )
 
@@ -51,7 +48,7 @@ func TestBundleMatchesLive(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	bundle := func(ctx context.Context, path string) error {
+	takeBundle := func(ctx context.Context, path string) error {
 		out, err := exec.CommandContext(ctx, env.exporter, "bundle", "-o", path, "--kubeconfig", env.kubeconfig, "--agent.selector=").CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("bundle: %v: %s", err, out)
@@ -63,7 +60,7 @@ func TestBundleMatchesLive(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		var err error
-		if diff, err = compareLiveWith(ctx, path, bundle); err != nil {
+		if diff, err = compareLiveWith(ctx, path, takeBundle); err != nil {
 			t.Fatal(err)
 		}
 		if diff == "" || time.Now().After(deadline) {
@@ -132,33 +129,13 @@ func TestBundleMatchesLive(t *testing.T) {
 	}
 }
 
-// readBundle returns the members of a bundle by their path under its root.
+// readBundle returns the members of a bundle, read with the reader the
+// offline commands use.
 func readBundle(t *testing.T, path string) map[string][]byte {
 	t.Helper()
-	f, err := os.Open(path)
+	b, err := bundle.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	out := map[string][]byte{}
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[strings.TrimPrefix(h.Name, "dra-bundle/")] = data
-	}
-	return out
+	return b.Files
 }
