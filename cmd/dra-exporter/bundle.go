@@ -386,7 +386,7 @@ func agents(ctx context.Context, client kubernetes.Interface, f bundleFlags, sli
 		}
 		seen[node] = true
 		inventory = append(inventory, entries...)
-		if err := w.Add(bundle.AgentsDir+node+".prom", "node agent "+t.name+" /metrics", len(entries), data); err != nil {
+		if err := w.Add(bundle.AgentsDir+node+".prom", "/metrics of node agent "+t.name, len(entries), data); err != nil {
 			w.Fail("node agent "+t.name, err)
 		}
 	}
