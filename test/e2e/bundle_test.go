@@ -27,19 +27,7 @@ func TestBundleMatchesLive(t *testing.T) {
 	requireCluster(t)
 	ctx := context.Background()
 	ns := namespace(t, "e2e-bundle")
-	c := env.cp.Client
-	for _, tmpl := range []struct{ name, sel string }{
-		{"gpu", ""},
-		{"b200", "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"},
-	} {
-		var sels []string
-		if tmpl.sel != "" {
-			sels = append(sels, tmpl.sel)
-		}
-		if _, err := c.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, cluster.ClaimTemplate(ns, tmpl.name, cluster.GPUClass, sels...), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	gpuAndB200Templates(t, ns)
 	createPod(t, cluster.PodWithTemplate(ns, "canary", "gpu"))
 	createPod(t, cluster.NegativeControl(cluster.PodWithTemplate(ns, "control", "b200")))
 	scheduled(t, ns, "canary")
@@ -138,4 +126,22 @@ func readBundle(t *testing.T, path string) map[string][]byte {
 		t.Fatal(err)
 	}
 	return b.Files
+}
+
+// gpuAndB200Templates creates the templates "gpu" (any GPU of the class)
+// and "b200" (a product no simulated node has: a negative control's).
+func gpuAndB200Templates(t *testing.T, ns string) {
+	t.Helper()
+	for _, tmpl := range []struct{ name, sel string }{
+		{"gpu", ""},
+		{"b200", "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"},
+	} {
+		var sels []string
+		if tmpl.sel != "" {
+			sels = append(sels, tmpl.sel)
+		}
+		if _, err := env.cp.Client.ResourceV1().ResourceClaimTemplates(ns).Create(context.Background(), cluster.ClaimTemplate(ns, tmpl.name, cluster.GPUClass, sels...), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
