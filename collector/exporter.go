@@ -71,6 +71,10 @@ func (blockedCollector) verdict()  {}
 func (leakCollector) verdict()     {}
 func (conflictCollector) verdict() {}
 
+// The api gate and the negative controls read the same verdicts, and the
+// stop conditions page on them.
+func (gateCollector) verdict() {}
+
 // HoldVerdictsWhen makes the verdict collectors (blocked pods, leaks,
 // allocation conflicts) run over the last snapshot, at the time, of the
 // last scrape for which hold returned false, for as long as it returns

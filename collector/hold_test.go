@@ -59,7 +59,7 @@ func TestVerdictsHeldWhileStale(t *testing.T) {
 			x := collector.NewExporter(ix, func() time.Time { return T0 }, false, nil,
 				collector.ClusterCollectors(collector.Config{UnreservedGrace: time.Minute})...).
 				HoldVerdictsWhen(func() bool { return stale })
-			fams := []string{"dra_claim_reservation_leak", "dra_pod_blocked", "dra_pod_info"}
+			fams := []string{"dra_claim_reservation_leak", "dra_pod_blocked", "dra_pod_gate", "dra_pod_info"}
 
 			before := familyLines(t, x, cached, fams...)
 			if len(before["dra_claim_reservation_leak"]) != 0 || len(before["dra_pod_blocked"]) != 1 || len(before["dra_pod_info"]) != 2 {
@@ -71,7 +71,7 @@ func TestVerdictsHeldWhileStale(t *testing.T) {
 			Del(t, ix, p)
 			Del(t, ix, pending)
 			during := familyLines(t, x, cached, fams...)
-			for _, f := range []string{"dra_claim_reservation_leak", "dra_pod_blocked"} {
+			for _, f := range []string{"dra_claim_reservation_leak", "dra_pod_blocked", "dra_pod_gate"} {
 				if strings.Join(during[f], "\n") != strings.Join(before[f], "\n") {
 					t.Errorf("%s while stale:\n%v\nwant as before:\n%v", f, during[f], before[f])
 				}
@@ -86,6 +86,9 @@ func TestVerdictsHeldWhileStale(t *testing.T) {
 			}
 			if len(after["dra_pod_blocked"]) != 0 {
 				t.Errorf("blocked once current: %v", after["dra_pod_blocked"])
+			}
+			if len(before["dra_pod_gate"]) != 2 || len(after["dra_pod_gate"]) != 0 {
+				t.Errorf("api gates before %v, once current %v: want both pods', then none", before["dra_pod_gate"], after["dra_pod_gate"])
 			}
 		})
 	}

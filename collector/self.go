@@ -25,7 +25,7 @@ var (
 	watchHealthy = newDef("dra_exporter_watch_healthy", typeGauge,
 		"Whether the exporter holds a resource as the API server has it now (1), or serves a stale copy (0).",
 		"resource").live().
-		doc("1 while a watch is open and the index has every object of the list it resumed from; 0 from the moment a watch breaks (the API server goes away, 410 Gone, a list fails) until a watch is open again and, when it had to relist, the whole relist is in the index; also 0 before the initial list. While any resource is 0, dra_pod_blocked, dra_claim_reservation_leak and dra_device_allocation_conflict are held at the last scrape every resource was current for (dra_exporter_verdicts_held): a verdict computed from a fresh resource and a stale one (pods back, claims not yet) would page for nothing. The other families serve what each resource last said.")
+		doc("1 while a watch is open and the index has every object of the list it resumed from; 0 from the moment a watch breaks (the API server goes away, 410 Gone, a list fails) until a watch is open again and, when it had to relist, the whole relist is in the index; also 0 before the initial list. While any resource is 0, dra_pod_blocked, dra_claim_reservation_leak, dra_device_allocation_conflict and the gate families (dra_pod_gate, dra_pod_ready, dra_negative_control) are held at the last scrape every resource was current for (dra_exporter_verdicts_held): a verdict computed from a fresh resource and a stale one (pods back, claims not yet) would page for nothing. The other families serve what each resource last said.")
 	watchStaleSeconds = newDef("dra_exporter_watch_stale_seconds", typeGauge,
 		"Seconds since the exporter last held a resource as the API server has it, 0 while it does.",
 		"resource").live()
@@ -35,7 +35,7 @@ var (
 		doc("After 410 Gone (an etcd compaction, or an API server restarted without the watch's events). Each relist's changes reach the index as one batch; latencies of the transitions it reveals are timed from the objects' own timestamps (see the latency families).")
 	verdictsHeld = newDef("dra_exporter_verdicts_held", typeGauge,
 		"Whether the verdict families are held at their last consistent state (1) while a resource is stale.").live().
-		doc("The verdict families are dra_pod_blocked, dra_claim_reservation_leak and dra_device_allocation_conflict (and dra_pod_lower_priority_holders, which the blocked collector also writes).")
+		doc("The verdict families are dra_pod_blocked, dra_claim_reservation_leak, dra_device_allocation_conflict, the gate families dra_pod_gate, dra_pod_ready and dra_negative_control, and dra_pod_lower_priority_holders, which the blocked collector also writes.")
 	indexRebuilds = newDef("dra_exporter_index_rebuilds_total", typeCounter,
 		"Rebuilds of the index from the informers' caches after an update panicked half-way.").live().
 		doc("The change that panicked is rejected (dra_exporter_objects_rejected_total) and the exporter serves its last snapshot until the index is rebuilt; /readyz fails meanwhile.")

@@ -1,6 +1,10 @@
 package collector
 
-import "time"
+import (
+	"time"
+
+	"github.com/dra-exporter/dra-exporter/internal/classify"
+)
 
 // Config shapes the cluster collectors.
 type Config struct {
@@ -11,20 +15,26 @@ type Config struct {
 	// UnreservedGrace is how long an allocated claim may reserve nobody
 	// before it counts as leaked.
 	UnreservedGrace time.Duration
+	// NegativeControl marks the pods that are negative controls.
+	NegativeControl ControlLabel
 }
 
 // ClusterCollectors returns the cluster exporter's collectors, in the order
 // their families appear in the metrics reference.
 func ClusterCollectors(cfg Config) []Collector {
+	// The gates read the blocked pods' verdicts: one walk of the tree
+	// serves both.
+	verdicts := &classify.Verdicts{}
 	return []Collector{
 		NewDeviceCollector(cfg.AttributeLabels),
 		NewDeviceClassCollector(),
 		NewClaimCollector(),
-		NewBlockedCollector(),
+		blockedCollector{verdicts: verdicts},
 		NewLeakCollector(cfg.UnreservedGrace),
 		NewConflictCollector(),
 		NewHeldCollector(),
 		NewLaneCollector(),
 		NewPodCollector(cfg.PodLabels),
+		NewGateCollector(cfg.NegativeControl, verdicts),
 	}
 }

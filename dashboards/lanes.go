@@ -4,9 +4,12 @@ package dashboards
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/grafana/grafana-foundation-sdk/go/cog"
 	"github.com/grafana/grafana-foundation-sdk/go/dashboard"
+	"github.com/grafana/grafana-foundation-sdk/go/table"
+	"github.com/grafana/grafana-foundation-sdk/go/timeseries"
 )
 
 // compareVar is how far back the dashed comparison lines look: a week for
@@ -57,7 +60,7 @@ func lanes() *dashboard.DashboardBuilder {
 	sourceNote := " Source: the `GPU telemetry` variable (agent or dcgm-exporter through rules/gpu.yaml; with dcgm-exporter the device-plugin lane counts every GPU no DRA driver publishes, allocated or not)."
 	return newDashboard("dra-lanes", "DRA / Lanes and rollout",
 		"The device-plugin lane and the DRA lanes on one scale: devices, allocated, idle, utilisation of allocated GPUs, pod time to ready, blocked pods. The view a capacity review and a canary -> shadow -> cutover rollout compare week over week (the `compare with` variable).",
-		datasourceVar(), sourceVar(), clusterVar(), deviceClassVar(), nodeVar(), compareVar()).
+		datasourceVar(), sourceVar(), clusterVar(), deviceClassVar(), nodeVar(), namespaceVar(), compareVar()).
 		WithPanel(timeSeries("Devices per lane", "short",
 			"Devices each lane has: device-plugin is node capacity of nvidia.com/gpu (dra_lane_devices, lane device-plugin), dra the devices the DRA drivers publish for the class. dra-extended has no devices of its own: it allocates DRA devices. During a cutover devices move from device-plugin to dra; a drop in the sum is capacity lost in the move (nodes drained, or the DRA driver not publishing: "+runbook("DRADevicesDisappeared")+").",
 			true, targets(query("A", laneDevices("total"), "{{lane}}"))...)).
@@ -96,5 +99,65 @@ func lanes() *dashboard.DashboardBuilder {
 			false, targets(
 				query("A", fmt.Sprintf(`count by (lane) (dra_pod_info{%s})`, match("cluster", "node")), "{{lane}}"),
 				query("B", fmt.Sprintf(`count by (lane) (dra_pod_info{%s} offset $compare)`, match("cluster", "node")), "{{lane}} $compare ago"),
-			)...).OverrideByRegexp(".* ago", dashed))
+			)...).OverrideByRegexp(".* ago", dashed)).
+		WithRow(row("Rollout gates")).
+		WithPanel(rolloutVerdict()).
+		WithPanel(rolloutFailing()).
+		WithPanel(rolloutGateTable()).
+		WithPanel(rolloutControls()).
+		WithPanel(timeSeries("Utilisation of the namespace's GPUs per lane", "percentunit",
+			"The same workload in the baseline lane and the DRA lane: average utilisation of the GPUs that the pods of the selected namespaces hold, per lane, and the same a `compare with` ago. The workload gate passes only where the canary's GPU moves."+sourceNote,
+			false, targets(
+				query("A", fmt.Sprintf(`avg by (lane) (%s)`, workloadByLane(match("cluster", "namespace"))), "{{lane}}"),
+				query("B", fmt.Sprintf(`avg by (lane) (%s)`, strings.ReplaceAll(workloadByLane(match("cluster", "namespace")), "}", "} offset $compare")), "{{lane}} $compare ago"),
+			)...).Max(1).OverrideByRegexp(".* ago", dashed))
+}
+
+// gateMatch selects the gate series of the selected namespaces.
+func gateMatch() string { return match("cluster", "namespace") }
+
+// rolloutVerdict: the canary's verdict over time, the article's "three
+// PASSes in a row" (rules/gates.yaml).
+func rolloutVerdict() *timeseries.PanelBuilder {
+	sel := gateMatch()
+	return timeSeries("Pods passing all three gates", "short",
+		"DRA pods of the selected namespaces (negative controls excepted) whose api, node and workload gates all pass now (namespace_pod:dra_pod_gates:pass), whose verdict passes (all three at every evaluation of the last 5m: namespace_pod:dra_pod_gates:verdict), and all of them. Raise traffic only while verdict equals pods and the negative controls hold; `dra-exporter gates NAMESPACE` prints the evidence.",
+		false, targets(
+			query("A", fmt.Sprintf(`count(namespace_pod:dra_pod_gates:pass{%s})`, sel), "pods"),
+			query("B", fmt.Sprintf(`sum(namespace_pod:dra_pod_gates:pass{%s})`, sel), "all three gates pass"),
+			query("C", fmt.Sprintf(`sum(namespace_pod:dra_pod_gates:verdict{%s})`, sel), "verdict (5m)"),
+		)...)
+}
+
+// rolloutFailing: failing gates by gate and reason: which team owns what
+// holds the rollout.
+func rolloutFailing() *timeseries.PanelBuilder {
+	return timeSeries("Failing gates by gate and reason", "short",
+		"Pods failing each gate, by reason: api is the platform team's (allocation, reservation, binding), node the node/runtime owner's (prepared devices, isolation), workload the inference owner's (readiness, GPU activity). "+runbook("DRAPodPendingUnexplained")+", "+runbook("DRAPodBlockedNode")+", "+runbook("DRAPodBlockedApplication")+".",
+		true, targets(query("A", fmt.Sprintf(`count by (gate, reason) (namespace_pod_gate:dra_pod_gate:status{%s} == 0)`, gateMatch()), "{{gate}} {{reason}}"))...)
+}
+
+// rolloutGateTable: each pod's gates now.
+func rolloutGateTable() *table.PanelBuilder {
+	return tablePanel("Gates of each pod", "short",
+		"One row per pod and gate: 1 passes, 0 fails with the reason. The owner of a failing gate: api the platform team, node the node/runtime owner, workload the inference owner.",
+		value("pass"), []string{"cluster", "job", "instance"},
+		targets(instant("A", fmt.Sprintf(`namespace_pod_gate:dra_pod_gate:status{%s}`, gateMatch())))...)
+}
+
+// rolloutControls: the negative controls of the selected namespaces.
+func rolloutControls() *table.PanelBuilder {
+	return tablePanel("Negative controls", "short",
+		"Pods marked as negative controls: 1 while they stay Pending because no device matches them, 0 once one is allocated a device, runs ("+runbook("DRANegativeControlAllocated")+") or waits only for taken devices ("+runbook("DRANegativeControlMatchesDevices")+").",
+		value("holds"), []string{"cluster", "job", "instance"},
+		targets(instant("A", fmt.Sprintf(`dra_negative_control{%s}`, gateMatch())))...)
+}
+
+// workloadByLane is the utilisation of the GPUs that pods of the selected
+// namespaces hold, with their lane: the agent names the holder of a GPU
+// held by one pod; dcgm-exporter's join names the claim's namespace.
+func workloadByLane(sel string) string {
+	return bySource(
+		fmt.Sprintf(`dra_gpu_utilization_ratio{%s, lane!="unallocated"}`, sel),
+		fmt.Sprintf(`namespace_claim_device:dcgm_gpu_utilization:ratio{%s} * on (namespace, claim) group_left (lane) dra_claim_info`, sel))
 }

@@ -188,15 +188,40 @@ func expectedGoldenAlerts(samples []sample) map[string]bool {
 	}
 	classTotal := map[string]float64{}
 	waitingForDevices := false
+	// Pods by namespace/pod/uid: negative controls, blocked pods, pods not Ready.
+	podKey := func(l map[string]string) string { return l["namespace"] + "/" + l["pod"] + "/" + l["pod_uid"] }
+	controls, blocked, notReady := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, s := range samples {
+		switch s.name {
+		case "dra_negative_control":
+			controls[podKey(s.labels)] = true
+		case "dra_pod_blocked":
+			blocked[podKey(s.labels)] = true
+		case "dra_pod_ready":
+			notReady[podKey(s.labels)] = s.value == "0"
+		}
+	}
 	for _, s := range samples {
 		v, _ := strconv.ParseFloat(s.value, 64)
 		switch s.name {
 		case "dra_pod_blocked":
-			if v == 1 {
+			if v == 1 && !(s.labels["layer"] == "scheduler" && controls[podKey(s.labels)]) {
 				want[alertKey(byLayer[s.labels["layer"]], "warning", s.labels)] = true
 				if s.labels["reason"] == "no_devices_for_class" {
 					waitingForDevices = true
 				}
+			}
+		case "dra_negative_control":
+			switch r := s.labels["reason"]; {
+			case v == 0 && (r == "allocated" || r == "started"):
+				want[alertKey("DRANegativeControlAllocated", "critical", s.labels)] = true
+			case v == 0 && r == "matches_devices":
+				want[alertKey("DRANegativeControlMatchesDevices", "warning", s.labels)] = true
+			}
+		case "dra_pod_gate":
+			r := s.labels["reason"]
+			if v == 0 && r != "scheduling_gated" && r != "allocation_retried" && notReady[podKey(s.labels)] && !blocked[podKey(s.labels)] {
+				want[alertKey("DRAPodPendingUnexplained", "warning", s.labels)] = true
 			}
 		case "dra_claim_reservation_leak":
 			if v != 1 {

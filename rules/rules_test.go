@@ -24,9 +24,13 @@ const (
 )
 
 // vocabulary holds the label names of dra-exporter (STYLE.md). A rule may
-// create a label (label_replace) only with one of these names.
+// create a label (label_replace) only with one of these names. gate names
+// the evidence gate (api, node, workload) of dra_pod_gate and the recorded
+// gates: one series name for the three gates, so that the verdict is one
+// aggregation over them. Its owner is a function of the gate, said in the
+// alerts and by `dra-exporter gates`, not a label of its own.
 var vocabulary = newSet("namespace", "pod", "pod_uid", "claim", "request", "device_class",
-	"driver", "pool", "node", "device", "gpu_uuid", "lane", "layer", "reason")
+	"driver", "pool", "node", "device", "gpu_uuid", "lane", "layer", "reason", "gate")
 
 // upstreamLabels are label names of other components' series (and of
 // Prometheus itself) that rules may group or match on.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/dra"
 	"github.com/dra-exporter/dra-exporter/internal/index"
@@ -20,6 +22,7 @@ type config struct {
 	podLabels             string
 	unreservedGrace       time.Duration
 	devicePluginResources string
+	negativeControl       string
 	// shard is set by serve's sharding flags; the other commands are
 	// unsharded.
 	shard shard.Shard
@@ -33,6 +36,8 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.unreservedGrace, "claim.unreserved-grace-period", 5*time.Minute,
 		"How long an allocated claim may reserve no pod before it counts as leaked (reason allocated_unreserved).")
 	registerDevicePluginResources(fs, &c.devicePluginResources)
+	fs.StringVar(&c.negativeControl, "gates.negative-control-label", defaultNegativeControl,
+		"Pod label KEY=VALUE that marks negative controls (dra_negative_control; they get no gates); empty marks none.")
 }
 
 // registerDevicePluginResources is the flag serve and node share, so that
@@ -40,6 +45,27 @@ func (c *config) register(fs *flag.FlagSet) {
 func registerDevicePluginResources(fs *flag.FlagSet, v *string) {
 	fs.StringVar(v, "device-plugin.resources", "nvidia.com/gpu",
 		"Comma-separated extended resources that device plugins advertise for GPUs (the device-plugin lane).")
+}
+
+// defaultNegativeControl is the label the chart's values name too.
+const defaultNegativeControl = "dra-exporter.io/negative-control=true"
+
+// controlLabel parses --gates.negative-control-label.
+func (c *config) controlLabel() (collector.ControlLabel, error) {
+	if strings.TrimSpace(c.negativeControl) == "" {
+		return collector.ControlLabel{}, nil
+	}
+	key, value, ok := strings.Cut(c.negativeControl, "=")
+	if !ok {
+		return collector.ControlLabel{}, fmt.Errorf("--gates.negative-control-label: want KEY=VALUE, got %q", c.negativeControl)
+	}
+	if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+		return collector.ControlLabel{}, fmt.Errorf("--gates.negative-control-label: key %q: %s", key, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
+		return collector.ControlLabel{}, fmt.Errorf("--gates.negative-control-label: value %q: %s", value, strings.Join(errs, "; "))
+	}
+	return collector.ControlLabel{Key: key, Value: value}, nil
 }
 
 func splitList(s string) []string {
@@ -54,6 +80,11 @@ func splitList(s string) []string {
 
 func (c *config) trimmer() objects.Trimmer {
 	t := objects.Trimmer{PodLabels: splitList(c.podLabels)}
+	// The negative-control label is kept too (not exported: collectors
+	// read only the allowlist for dra_pod_labels).
+	if control, err := c.controlLabel(); err == nil && control.Key != "" {
+		t.PodLabels = append(t.PodLabels, control.Key)
+	}
 	if c.shard.Sharded() {
 		t.EventNamespaces = c.shard.Owns
 		if !c.shard.OwnsCluster() {
@@ -78,10 +109,15 @@ func (c *config) collectors() ([]collector.Collector, error) {
 	if c.unreservedGrace < 0 {
 		return nil, fmt.Errorf("--claim.unreserved-grace-period must not be negative")
 	}
+	control, err := c.controlLabel()
+	if err != nil {
+		return nil, err
+	}
 	return collector.ClusterCollectors(collector.Config{
 		AttributeLabels: attrs,
 		PodLabels:       splitList(c.podLabels),
 		UnreservedGrace: c.unreservedGrace,
+		NegativeControl: control,
 	}), nil
 }
 

@@ -11,11 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/index"
-	"github.com/dra-exporter/dra-exporter/internal/kube"
 	"github.com/dra-exporter/dra-exporter/internal/offline"
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
@@ -101,13 +99,9 @@ func explain(args []string, stdout, stderr io.Writer) int {
 // (all pods when it requests extended resources, for device-plugin
 // capacity), nodes, and the pod's Warning events.
 func readCluster(ctx context.Context, kubeconfig, ns, name string, cfg config, now func() time.Time) (*index.Index, error) {
-	rc, err := kube.RESTConfig(kubeconfig)
+	client, err := kubeClient(kubeconfig)
 	if err != nil {
 		return nil, err
-	}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	ix := index.New(cfg.indexConfig(now, nil))
 	trim := cfg.trimmer()

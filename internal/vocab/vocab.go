@@ -138,3 +138,13 @@ func IsExtendedResource(name string) bool {
 	}
 	return !strings.Contains(name, "kubernetes.io/")
 }
+
+// AllocationFailure reports whether a FailedScheduling message says that
+// the scheduler could not allocate or reserve the pod's claims: the
+// DynamicResources plugin words every such failure with "claim" ("N cannot
+// allocate all claims", "resourceclaim ... not found", "resource claim ...
+// is being deleted", "... in use"); a failure of CPU, affinity or taints
+// alone does not.
+func AllocationFailure(message string) bool {
+	return strings.Contains(strings.ToLower(message), "claim")
+}

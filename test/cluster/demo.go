@@ -74,7 +74,7 @@ func SeedDemo(ctx context.Context, c kubernetes.Interface, ns string) error {
 		{PodWithTemplate(ns, "l4-worker-0", "l4"), func(n string) error { return kubelet.SetRunning(ctx, ns, n, true) }},
 		{PodWithTemplate(ns, "l4-worker-1", "l4"), func(n string) error { return kubelet.SetRunning(ctx, ns, n, true) }},
 		{PodWithTemplate(ns, "l4-worker-2", "l4"), nil},
-		{PodWithTemplate(ns, "negative-control", "b200"), nil},
+		{NegativeControl(PodWithTemplate(ns, "negative-control", "b200")), nil},
 		{PodWithTemplate(ns, "typo-class", "typo"), nil},
 		// The controller layer: a pod naming a claim that does not exist.
 		{PodWithClaim(ns, "claim-missing", "no-such-claim"), nil},
@@ -142,6 +142,17 @@ func StartReplica(ctx context.Context, c kubernetes.Interface, ns string, i int)
 }
 
 // rogue marks the pod as running a process on GPU 0 of its node.
+// NegativeControl marks a pod as a negative control with the exporter's
+// default label (--gates.negative-control-label): its selector must match
+// no device, and it gets dra_negative_control instead of gates.
+func NegativeControl(p *corev1.Pod) *corev1.Pod {
+	if p.Labels == nil {
+		p.Labels = map[string]string{}
+	}
+	p.Labels["dra-exporter.io/negative-control"] = "true"
+	return p
+}
+
 func rogue(p *corev1.Pod) *corev1.Pod {
 	p.Annotations = map[string]string{GPUProcessAnnotation: "0"}
 	return p

@@ -100,18 +100,7 @@ func TestAlertsFireAndResolve(t *testing.T) {
 	defer prom.Stop()
 	ns := namespace(t, "e2e-alerts")
 	c := env.cp.Client
-	for _, tmpl := range []struct{ name, sel string }{
-		{"gpu", ""},
-		{"b200", "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"},
-	} {
-		var sels []string
-		if tmpl.sel != "" {
-			sels = append(sels, tmpl.sel)
-		}
-		if _, err := c.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, cluster.ClaimTemplate(ns, tmpl.name, cluster.GPUClass, sels...), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	gpuAndB200Templates(t, ns)
 
 	// 1. The negative control pages the scheduler layer ...
 	neg := createPod(t, cluster.PodWithTemplate(ns, "negative-control", "b200"))

@@ -169,12 +169,18 @@ func liveMatchesSnapshot(t *testing.T) string {
 // the dump), runs `snapshot` on the dump at the time of the dump. It returns
 // the differences, or "" when the families match.
 func compareLiveWithSnapshot(ctx context.Context, dump string) (string, error) {
+	return compareLiveWith(ctx, dump, dumpCluster)
+}
+
+// compareLiveWith is compareLiveWithSnapshot with the objects dumped by
+// dumpTo (the evidence bundle, for one).
+func compareLiveWith(ctx context.Context, dump string, dumpTo func(context.Context, string) error) (string, error) {
 	before, err := scrapeText()
 	if err != nil {
 		return "", err
 	}
 	at := time.Now().UTC()
-	if err := dumpCluster(ctx, dump); err != nil {
+	if err := dumpTo(ctx, dump); err != nil {
 		return "", err
 	}
 	after, err := scrapeText()

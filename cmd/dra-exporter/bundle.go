@@ -1,0 +1,504 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/common/version"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dra-exporter/dra-exporter/internal/bundle"
+	"github.com/dra-exporter/dra-exporter/internal/kube"
+)
+
+// gpuOperatorKinds are the GPU Operator's cluster objects the article asks
+// to save before a change: ClusterPolicy (nvidia.com/v1), and for the DRA
+// model GPUCluster and NVIDIADriver (nvidia.com/v1alpha1).
+var gpuOperatorKinds = []string{"clusterpolicies", "gpuclusters", "nvidiadrivers"}
+
+type bundleFlags struct {
+	out           string
+	kubeconfig    string
+	timeout       time.Duration
+	agentSelector string
+	agentPort     string
+	agentAccess   string
+	agentURLs     stringList
+}
+
+func bundleCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bundle", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f bundleFlags
+	fs.StringVar(&f.out, "o", "", "The bundle file to write (.tar.gz); - writes to standard output.")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
+	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "Time allowed for the whole collection.")
+	fs.StringVar(&f.agentSelector, "agent.selector", "app.kubernetes.io/name=dra-exporter,app.kubernetes.io/component=node-agent",
+		"Label selector of the node agent pods (every namespace) whose /metrics are saved; empty reads none.")
+	fs.StringVar(&f.agentPort, "agent.port", "metrics", "The agent container's port, by name or number.")
+	fs.StringVar(&f.agentAccess, "agent.access", "auto",
+		"How to reach the agents: proxy (through the API server, needs get on pods/proxy), direct (pod IP, from inside the cluster), auto (direct in a pod, else proxy).")
+	fs.Var(&f.agentURLs, "agent.url", "A node agent's /metrics URL to save as well (repeatable): agents that are not pods.")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: dra-exporter bundle -o FILE.tar.gz [FLAGS]")
+		fmt.Fprintln(stderr, "\nCollects, read-only (get and list), the evidence to keep before a DRA rollout: server and kubelet versions,")
+		fmt.Fprintln(stderr, "the resource.k8s.io API resources, nodes, the GPU Operator's ClusterPolicy, GPUCluster and NVIDIADriver where")
+		fmt.Fprintln(stderr, "served, GPU pods, DeviceClasses, ResourceSlices, ResourceClaims, DeviceTaintRules, the events about them, and")
+		fmt.Fprintln(stderr, "every node agent's /metrics with a GPU inventory. snapshot, explain and gates read it with --from.")
+		fs.PrintDefaults()
+	}
+	if !parseFlags(fs, args, stderr) {
+		return 2
+	}
+	if f.out == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	if f.agentAccess != "auto" && f.agentAccess != "proxy" && f.agentAccess != "direct" {
+		fmt.Fprintf(stderr, "dra-exporter bundle: --agent.access: %q is not auto, proxy or direct\n", f.agentAccess)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
+	defer cancel()
+	rc, err := kube.RESTConfig(f.kubeconfig)
+	if err != nil {
+		fmt.Fprintln(stderr, "dra-exporter bundle:", err)
+		return 1
+	}
+	var buf bytes.Buffer
+	w := bundle.NewWriter(&buf, time.Now(), "dra-exporter "+version.Version)
+	if err := collect(ctx, rc, f, w); err != nil {
+		fmt.Fprintln(stderr, "dra-exporter bundle:", err)
+		return 1
+	}
+	if err := w.Close(); err != nil {
+		fmt.Fprintln(stderr, "dra-exporter bundle:", err)
+		return 1
+	}
+	if f.out == "-" {
+		_, err = stdout.Write(buf.Bytes())
+	} else {
+		err = os.WriteFile(f.out, buf.Bytes(), 0o600)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "dra-exporter bundle:", err)
+		return 1
+	}
+	failed := 0
+	for _, it := range w.Items() {
+		switch {
+		case it.Error != "":
+			failed++
+			fmt.Fprintf(stderr, "failed:  %s: %s\n", it.What, it.Error)
+		case it.Skipped != "":
+			fmt.Fprintf(stderr, "skipped: %s: %s\n", it.What, it.Skipped)
+		default:
+			fmt.Fprintf(stderr, "saved:   %s (%d) in %s\n", it.What, it.Count, it.Path)
+		}
+	}
+	if failed > 0 {
+		fmt.Fprintf(stderr, "%d items could not be collected; the bundle says which (manifest.json)\n", failed)
+	}
+	return 0
+}
+
+// collect reads the cluster into w. Only a cluster that cannot be reached at
+// all is an error; anything else that fails is recorded and skipped.
+func collect(ctx context.Context, rc *rest.Config, f bundleFlags, w *bundle.Writer) error {
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+	server, err := client.Discovery().ServerVersion()
+	if err != nil {
+		return fmt.Errorf("server version: %w", err)
+	}
+	all := metav1.ListOptions{}
+
+	nodes, err := client.CoreV1().Nodes().List(ctx, all)
+	if err != nil {
+		w.Fail("nodes", err)
+		nodes = &corev1.NodeList{}
+	} else {
+		addList(w, "nodes", "v1", "Node", nodes.Items)
+	}
+	kubelets := map[string]string{}
+	for _, n := range nodes.Items {
+		kubelets[n.Name] = n.Status.NodeInfo.KubeletVersion
+	}
+	addJSON(w, "version.json", "server and kubelet versions", 1+len(kubelets), map[string]any{"server": server, "kubelets": kubelets})
+	apiResources(client, w)
+
+	if l, err := client.ResourceV1().DeviceClasses().List(ctx, all); err != nil {
+		w.Fail("deviceclasses", err)
+	} else {
+		addList(w, "deviceclasses", "resource.k8s.io/v1", "DeviceClass", l.Items)
+	}
+	var slices []resourceapi.ResourceSlice
+	if l, err := client.ResourceV1().ResourceSlices().List(ctx, all); err != nil {
+		w.Fail("resourceslices", err)
+	} else {
+		slices = l.Items
+		addList(w, "resourceslices", "resource.k8s.io/v1", "ResourceSlice", l.Items)
+	}
+	if l, err := client.ResourceV1().DeviceTaintRules().List(ctx, all); err != nil {
+		w.Skip("devicetaintrules", err.Error())
+	} else {
+		addList(w, "devicetaintrules", "resource.k8s.io/v1", "DeviceTaintRule", l.Items)
+	}
+	if l, err := client.ResourceV1().ResourceClaims("").List(ctx, all); err != nil {
+		w.Fail("resourceclaims", err)
+	} else {
+		addList(w, "resourceclaims", "resource.k8s.io/v1", "ResourceClaim", l.Items)
+	}
+	gpuPods := map[string]bool{}
+	if l, err := client.CoreV1().Pods("").List(ctx, all); err != nil {
+		w.Fail("pods", err)
+	} else {
+		var keep []corev1.Pod
+		for _, p := range l.Items {
+			if len(p.Spec.ResourceClaims) > 0 || hasExtendedRequests(&p) {
+				keep = append(keep, p)
+				gpuPods[p.Namespace+"/"+p.Name] = true
+			}
+		}
+		addList(w, "pods", "v1", "Pod", keep)
+	}
+	if l, err := client.CoreV1().Events("").List(ctx, all); err != nil {
+		w.Fail("events", err)
+	} else {
+		var keep []corev1.Event
+		for _, e := range l.Items {
+			o := e.InvolvedObject
+			if (o.Kind == "Pod" && gpuPods[o.Namespace+"/"+o.Name]) || o.Kind == "ResourceClaim" || o.Kind == "Node" || o.Kind == "ResourceSlice" {
+				keep = append(keep, e)
+			}
+		}
+		addList(w, "events", "v1", "Event", keep)
+	}
+	gpuOperator(ctx, client, dyn, w)
+	agents(ctx, client, f, slices, w)
+	return nil
+}
+
+// addList writes items as a kubectl List, each with its apiVersion and kind
+// and without managedFields.
+func addList[T any](w *bundle.Writer, name, apiVersion, kind string, items []T) {
+	list := map[string]any{"apiVersion": "v1", "kind": "List", "metadata": map[string]any{}}
+	out := make([]map[string]any, 0, len(items))
+	for i := range items {
+		raw, err := json.Marshal(&items[i])
+		if err != nil {
+			w.Fail(name, err)
+			return
+		}
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			w.Fail(name, err)
+			return
+		}
+		m["apiVersion"], m["kind"] = apiVersion, kind
+		if md, ok := m["metadata"].(map[string]any); ok {
+			delete(md, "managedFields")
+		}
+		out = append(out, m)
+	}
+	list["items"] = out
+	data, err := yaml.Marshal(list)
+	if err != nil {
+		w.Fail(name, err)
+		return
+	}
+	if err := w.Add(bundle.ObjectsDir+name+".yaml", name, len(items), data); err != nil {
+		w.Fail(name, err)
+	}
+}
+
+func addJSON(w *bundle.Writer, name, what string, count int, v any) {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err == nil {
+		err = w.Add(name, what, count, data)
+	}
+	if err != nil {
+		w.Fail(what, err)
+	}
+}
+
+// apiResources saves the resource.k8s.io resources of every version the
+// API server serves.
+func apiResources(client kubernetes.Interface, w *bundle.Writer) {
+	groups, err := client.Discovery().ServerGroups()
+	if err != nil {
+		w.Fail("resource.k8s.io API resources", err)
+		return
+	}
+	var lists []*metav1.APIResourceList
+	for _, g := range groups.Groups {
+		if g.Name != resourceapi.GroupName {
+			continue
+		}
+		for _, v := range g.Versions {
+			l, err := client.Discovery().ServerResourcesForGroupVersion(v.GroupVersion)
+			if err != nil {
+				w.Fail("API resources of "+v.GroupVersion, err)
+				continue
+			}
+			lists = append(lists, l)
+		}
+	}
+	if len(lists) == 0 {
+		w.Skip("resource.k8s.io API resources", "the API server does not serve resource.k8s.io")
+		return
+	}
+	addJSON(w, "api-resources.json", "resource.k8s.io API resources", len(lists), lists)
+}
+
+// gpuOperator saves the GPU Operator's objects, found through discovery:
+// a cluster without the operator's CRDs is skipped, not an error.
+func gpuOperator(ctx context.Context, client kubernetes.Interface, dyn dynamic.Interface, w *bundle.Writer) {
+	_, lists, err := client.Discovery().ServerGroupsAndResources()
+	if err != nil && len(lists) == 0 {
+		w.Fail("GPU Operator objects", err)
+		return
+	}
+	found := map[string]schema.GroupVersionResource{}
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil || gv.Group != "nvidia.com" {
+			continue
+		}
+		for _, r := range l.APIResources {
+			if _, seen := found[r.Name]; !seen && !strings.Contains(r.Name, "/") {
+				found[r.Name] = gv.WithResource(r.Name)
+			}
+		}
+	}
+	for _, kind := range gpuOperatorKinds {
+		gvr, ok := found[kind]
+		if !ok {
+			w.Skip(kind+".nvidia.com", "not served (no GPU Operator CRD)")
+			continue
+		}
+		l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			w.Fail(kind+".nvidia.com", err)
+			continue
+		}
+		for i := range l.Items {
+			unstructuredDropManagedFields(l.Items[i].Object)
+		}
+		data, err := yaml.Marshal(l.UnstructuredContent())
+		if err == nil {
+			err = w.Add(bundle.GPUOperatorDir+kind+".yaml", kind+".nvidia.com", len(l.Items), data)
+		}
+		if err != nil {
+			w.Fail(kind+".nvidia.com", err)
+		}
+	}
+}
+
+func unstructuredDropManagedFields(obj map[string]any) {
+	if md, ok := obj["metadata"].(map[string]any); ok {
+		delete(md, "managedFields")
+	}
+}
+
+// agentTarget is one node agent to read.
+type agentTarget struct {
+	name string // the agent pod, or the URL
+	node string
+	get  func(ctx context.Context) ([]byte, error)
+}
+
+// agents saves every node agent's /metrics (agents/<node>.prom) and the
+// GPU inventory they serve joined to the slices' PCI bus IDs and driver
+// versions (agents/inventory.json).
+func agents(ctx context.Context, client kubernetes.Interface, f bundleFlags, slices []resourceapi.ResourceSlice, w *bundle.Writer) {
+	var targets []agentTarget
+	if f.agentSelector != "" {
+		pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: f.agentSelector})
+		if err != nil {
+			w.Fail("node agents", err)
+		} else {
+			direct := f.agentAccess == "direct" || (f.agentAccess == "auto" && os.Getenv("KUBERNETES_SERVICE_HOST") != "")
+			for _, p := range pods.Items {
+				if p.Status.Phase != corev1.PodRunning {
+					continue
+				}
+				targets = append(targets, podAgent(client, p, f.agentPort, direct))
+			}
+			if len(pods.Items) == 0 {
+				w.Skip("node agents", "no pod matches "+f.agentSelector)
+			}
+		}
+	}
+	for _, u := range f.agentURLs {
+		targets = append(targets, agentTarget{name: u, get: func(ctx context.Context) ([]byte, error) { return httpGet(ctx, u) }})
+	}
+	var inventory []inventoryEntry
+	seen := map[string]bool{}
+	for _, t := range targets {
+		data, err := t.get(ctx)
+		if err != nil {
+			w.Fail("node agent "+t.name, err)
+			continue
+		}
+		parser := expfmt.NewTextParser(model.UTF8Validation)
+		families, err := parser.TextToMetricFamilies(bytes.NewReader(data))
+		if err != nil {
+			w.Fail("node agent "+t.name, fmt.Errorf("its /metrics do not parse: %w", err))
+			continue
+		}
+		entries := gpuInventory(families, slices)
+		node := t.node
+		if node == "" && len(entries) > 0 {
+			node = entries[0].Node
+		}
+		if node == "" {
+			node = "agent-" + strconv.Itoa(len(seen))
+		}
+		if seen[node] {
+			node += "-" + strconv.Itoa(len(seen))
+		}
+		seen[node] = true
+		inventory = append(inventory, entries...)
+		if err := w.Add(bundle.AgentsDir+node+".prom", "/metrics of node agent "+t.name, len(entries), data); err != nil {
+			w.Fail("node agent "+t.name, err)
+		}
+	}
+	if len(targets) > 0 {
+		addJSON(w, bundle.AgentsDir+"inventory.json", "GPU inventory of the node agents", len(inventory), inventory)
+	}
+}
+
+func podAgent(client kubernetes.Interface, p corev1.Pod, port string, direct bool) agentTarget {
+	t := agentTarget{name: p.Namespace + "/" + p.Name, node: p.Spec.NodeName}
+	number := port
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name == port {
+				number = strconv.Itoa(int(cp.ContainerPort))
+			}
+		}
+	}
+	if direct {
+		url := fmt.Sprintf("http://%s/metrics", netJoin(p.Status.PodIP, number))
+		t.get = func(ctx context.Context) ([]byte, error) { return httpGet(ctx, url) }
+		return t
+	}
+	t.get = func(ctx context.Context) ([]byte, error) {
+		return client.CoreV1().RESTClient().Get().Namespace(p.Namespace).Resource("pods").
+			Name(p.Name + ":" + number).SubResource("proxy").Suffix("metrics").DoRaw(ctx)
+	}
+	return t
+}
+
+func netJoin(host, port string) string {
+	if strings.Contains(host, ":") {
+		return "[" + host + "]:" + port
+	}
+	return host + ":" + port
+}
+
+func httpGet(ctx context.Context, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return body, nil
+}
+
+// inventoryEntry is one GPU or MIG instance an agent serves (dra_gpu_info),
+// with what its ResourceSlice says of it.
+type inventoryEntry struct {
+	Node          string `json:"node"`
+	GPUUUID       string `json:"gpu_uuid"`
+	ParentGPUUUID string `json:"parent_gpu_uuid,omitempty"`
+	Product       string `json:"product,omitempty"`
+	Driver        string `json:"driver,omitempty"`
+	Pool          string `json:"pool,omitempty"`
+	Device        string `json:"device,omitempty"`
+	PCIBusID      string `json:"pci_bus_id,omitempty"`
+	DriverVersion string `json:"driver_version,omitempty"`
+	MIGProfile    string `json:"mig_profile,omitempty"`
+}
+
+func gpuInventory(families map[string]*dto.MetricFamily, slices []resourceapi.ResourceSlice) []inventoryEntry {
+	type ref struct{ driver, pool, device string }
+	attrs := map[ref]resourceapi.Device{}
+	for _, s := range slices {
+		for _, d := range s.Spec.Devices {
+			attrs[ref{s.Spec.Driver, s.Spec.Pool.Name, d.Name}] = d
+		}
+	}
+	var out []inventoryEntry
+	if f := families["dra_gpu_info"]; f != nil {
+		for _, m := range f.Metric {
+			l := map[string]string{}
+			for _, lp := range m.Label {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			e := inventoryEntry{Node: l["node"], GPUUUID: l["gpu_uuid"], ParentGPUUUID: l["parent_gpu_uuid"], Product: l["product"],
+				Driver: l["driver"], Pool: l["pool"], Device: l["device"]}
+			if d, ok := attrs[ref{e.Driver, e.Pool, e.Device}]; ok {
+				e.PCIBusID = deviceString(d, e.Driver, "resource.kubernetes.io/pciBusID")
+				e.DriverVersion = deviceString(d, e.Driver, "driverVersion")
+				e.MIGProfile = deviceString(d, e.Driver, "profile")
+			}
+			out = append(out, e)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Node+out[i].GPUUUID < out[j].Node+out[j].GPUUUID })
+	return out
+}
+
+func deviceString(d resourceapi.Device, driver, name string) string {
+	for _, k := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + name)} {
+		if a, ok := d.Attributes[k]; ok {
+			switch {
+			case a.StringValue != nil:
+				return *a.StringValue
+			case a.VersionValue != nil:
+				return *a.VersionValue
+			}
+		}
+	}
+	return ""
+}

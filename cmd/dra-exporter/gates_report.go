@@ -1,0 +1,234 @@
+package main
+
+// The gates command's report: per pod each gate PASS or FAIL with its
+// evidence and owner, the negative controls, and one verdict. Online and
+// offline evaluations fill the same report.
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dra-exporter/dra-exporter/internal/classify"
+)
+
+// Gate states in the report.
+const (
+	statePass         = "PASS"
+	stateFail         = "FAIL"
+	stateNotEvaluated = "NOT EVALUATED"
+)
+
+type gatesReport struct {
+	Namespace string `json:"namespace"`
+	Selector  string `json:"selector,omitempty"`
+	// Source is the Prometheus URL or the bundle file.
+	Source string    `json:"source"`
+	At     time.Time `json:"at"`
+	// Window and Evaluations: online, the span every gate must have passed
+	// and how many evaluations of it were read; offline, none.
+	Window      string          `json:"window,omitempty"`
+	Evaluations int             `json:"evaluations,omitempty"`
+	Pods        []podGates      `json:"pods"`
+	Controls    []controlReport `json:"negativeControls"`
+	// RequireControl: the verdict needs a negative control that held.
+	RequireControl bool          `json:"requireNegativeControl"`
+	Verdict        verdictReport `json:"verdict"`
+}
+
+type podGates struct {
+	Namespace string       `json:"namespace"`
+	Pod       string       `json:"pod"`
+	PodUID    string       `json:"podUID"`
+	Node      string       `json:"node,omitempty"`
+	Gates     []gateReport `json:"gates"`
+}
+
+type gateReport struct {
+	Gate  string `json:"gate"`
+	Owner string `json:"owner"`
+	// State is the gate now: PASS, FAIL, or NOT EVALUATED.
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	// PassedWindow: the gate passed at every evaluation of the window
+	// (offline: now).
+	PassedWindow bool `json:"passedWindow"`
+	// Failed counts the evaluations of the window at which the gate failed
+	// or was absent.
+	Failed int `json:"failedEvaluations,omitempty"`
+	// History says how the window went when it did not pass whole.
+	History  string   `json:"history,omitempty"`
+	Evidence []string `json:"evidence,omitempty"`
+}
+
+type controlReport struct {
+	Namespace  string   `json:"namespace"`
+	Pod        string   `json:"pod"`
+	PodUID     string   `json:"podUID"`
+	Holds      bool     `json:"holds"`
+	HeldWindow bool     `json:"heldWindow"`
+	Reason     string   `json:"reason"`
+	Claim      string   `json:"claim,omitempty"`
+	Node       string   `json:"node,omitempty"`
+	Device     string   `json:"device,omitempty"`
+	History    string   `json:"history,omitempty"`
+	Evidence   []string `json:"evidence,omitempty"`
+}
+
+type verdictReport struct {
+	Pass bool `json:"pass"`
+	// Gate and Owner name the first failing gate (in the order api, node,
+	// workload) and its owner; a failing negative control is the api
+	// gate's platform team.
+	Gate    string `json:"gate,omitempty"`
+	Owner   string `json:"owner,omitempty"`
+	Summary string `json:"summary"`
+}
+
+// decide sets the verdict: PASS only when every gate of every pod passed
+// for the whole window (NOT EVALUATED gates, offline, are not counted) and
+// every negative control held, with at least one when required. A FAIL
+// names one cause and its owner, the most pressing first: a gate failing
+// now (in the order api, node, workload: a later gate's failure often
+// follows from an earlier one's), a negative control broken now, a gate or
+// control that passes now but not for the whole window, no pod, no control.
+func (r *gatesReport) decide() {
+	sort.Slice(r.Pods, func(i, j int) bool { return r.Pods[i].Pod < r.Pods[j].Pod })
+	sort.Slice(r.Controls, func(i, j int) bool { return r.Controls[i].Pod < r.Controls[j].Pod })
+	type cause struct {
+		rank    int
+		gate    classify.Gate
+		summary string
+	}
+	var causes []cause
+	add := func(rank int, g classify.Gate, summary string) { causes = append(causes, cause{rank, g, summary}) }
+	for gi, g := range classify.Gates {
+		for _, p := range r.Pods {
+			for _, gr := range p.Gates {
+				if gr.Gate != string(g) || gr.State == stateNotEvaluated || gr.PassedWindow {
+					continue
+				}
+				if gr.State == statePass {
+					add(10+gi, g, fmt.Sprintf("gate %s of %s/%s passes now, not for the whole window (%s)", g, p.Namespace, p.Pod, gr.History))
+				} else {
+					add(gi, g, fmt.Sprintf("gate %s of %s/%s fails (%s)", g, p.Namespace, p.Pod, gr.Reason))
+				}
+			}
+		}
+	}
+	for _, c := range r.Controls {
+		switch {
+		case !c.Holds:
+			add(5, classify.GateAPI, fmt.Sprintf("negative control %s/%s is broken (%s): its selector does not keep it from a device", c.Namespace, c.Pod, c.Reason))
+		case !c.HeldWindow:
+			add(15, classify.GateAPI, fmt.Sprintf("negative control %s/%s holds now, not for the whole window (%s)", c.Namespace, c.Pod, c.History))
+		}
+	}
+	if len(r.Pods) == 0 {
+		add(20, classify.GateAPI, fmt.Sprintf("no DRA pod with gates in namespace %s%s", r.Namespace, selectorNote(r.Selector)))
+	}
+	if r.RequireControl && len(r.Controls) == 0 {
+		add(21, classify.GateAPI, fmt.Sprintf("no negative control in namespace %s (a pod labelled as one, whose selector matches no device)", r.Namespace))
+	}
+	if len(causes) > 0 {
+		sort.SliceStable(causes, func(i, j int) bool { return causes[i].rank < causes[j].rank })
+		c := causes[0]
+		summary := c.summary
+		if len(causes) > 1 {
+			summary += fmt.Sprintf("; %d more cause(s) above", len(causes)-1)
+		}
+		r.Verdict = verdictReport{Gate: string(c.gate), Owner: c.gate.Owner(), Summary: summary}
+		return
+	}
+	v := verdictReport{Pass: true, Summary: fmt.Sprintf("every gate of %d pod(s) passed", len(r.Pods))}
+	if r.Window != "" {
+		v.Summary += " for the whole window (" + r.Window + ")"
+	}
+	if len(r.Controls) > 0 {
+		v.Summary += fmt.Sprintf(", %d negative control(s) held", len(r.Controls))
+	}
+	r.Verdict = v
+}
+
+func selectorNote(sel string) string {
+	if sel == "" {
+		return ""
+	}
+	return " matching " + sel
+}
+
+func (r *gatesReport) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+func (r *gatesReport) writeText(w io.Writer) error {
+	b := &strings.Builder{}
+	fmt.Fprintf(b, "Rollout gates of namespace %s%s at %s\n", r.Namespace, selectorNote(r.Selector), r.At.UTC().Format(time.RFC3339))
+	if r.Window != "" {
+		fmt.Fprintf(b, "from %s, window %s (%d evaluations)\n", r.Source, r.Window, r.Evaluations)
+	} else {
+		fmt.Fprintf(b, "from bundle %s (gates api and node; workload needs Prometheus)\n", r.Source)
+	}
+	for _, p := range r.Pods {
+		node := p.Node
+		if node == "" {
+			node = "not bound"
+		}
+		fmt.Fprintf(b, "\nPod %s/%s (uid %s, node %s)\n", p.Namespace, p.Pod, p.PodUID, node)
+		for _, g := range p.Gates {
+			status := g.State
+			if g.Reason != "" {
+				status += " " + g.Reason
+			}
+			switch {
+			case g.State == stateNotEvaluated:
+			case g.PassedWindow && r.Window != "":
+				status += ", the whole window"
+			case g.History != "":
+				status += ", " + g.History
+			}
+			fmt.Fprintf(b, "  %-9s %s\n", g.Gate, status)
+			fmt.Fprintf(b, "            owner: %s\n", g.Owner)
+			for _, e := range g.Evidence {
+				fmt.Fprintf(b, "            - %s\n", e)
+			}
+		}
+	}
+	b.WriteString("\nNegative controls\n")
+	if len(r.Controls) == 0 {
+		b.WriteString("  none")
+		if r.RequireControl {
+			b.WriteString(" (one is required)")
+		}
+		b.WriteString("\n")
+	}
+	for _, c := range r.Controls {
+		state := "HOLDS"
+		if !c.Holds {
+			state = "BROKEN"
+		}
+		line := fmt.Sprintf("  %s/%s (uid %s): %s %s", c.Namespace, c.Pod, c.PodUID, state, c.Reason)
+		switch {
+		case c.HeldWindow && r.Window != "":
+			line += ", the whole window"
+		case c.History != "":
+			line += ", " + c.History
+		}
+		b.WriteString(line + "\n")
+		for _, e := range c.Evidence {
+			fmt.Fprintf(b, "      - %s\n", e)
+		}
+	}
+	if r.Verdict.Pass {
+		fmt.Fprintf(b, "\nVerdict: PASS: %s\n", r.Verdict.Summary)
+	} else {
+		fmt.Fprintf(b, "\nVerdict: FAIL: %s\nOwner: %s\n", r.Verdict.Summary, r.Verdict.Owner)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+func TestPluginName(t *testing.T) {
+	for argv0, want := range map[string]bool{
+		"kubectl-dra": true, "/usr/local/bin/kubectl-dra": true, `C:\krew\bin\kubectl-dra.exe`: false, "kubectl-dra.exe": true,
+		"dra-exporter": false, "/bin/dra-exporter": false, "kubectl-dra-old": false,
+	} {
+		if got := isPlugin(argv0); got != want {
+			t.Errorf("isPlugin(%q) = %v, want %v", argv0, got, want)
+		}
+	}
+}
+
+// TestPluginCommands: as kubectl-dra the binary answers explain, gates,
+// bundle and version, and refuses the exporter's own commands.
+func TestPluginCommands(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		rc   int
+		want string
+	}{
+		{nil, 2, "Usage: kubectl dra COMMAND"},
+		{[]string{"--help"}, 0, "gates NAMESPACE"},
+		{[]string{"serve"}, 2, `unknown command "serve"`},
+		{[]string{"node"}, 2, `unknown command "node"`},
+		{[]string{"gates", "-h"}, 2, "Usage: dra-exporter gates NAMESPACE"},
+		{[]string{"bundle", "-h"}, 2, "Usage: dra-exporter bundle -o FILE.tar.gz"},
+		{[]string{"explain", "-h"}, 2, "Usage: dra-exporter explain"},
+		{[]string{"version"}, 0, "dra-exporter, version"},
+	} {
+		var out, errOut bytes.Buffer
+		rc := runPlugin(tc.args, &out, &errOut)
+		if rc != tc.rc || !strings.Contains(out.String()+errOut.String(), tc.want) {
+			t.Errorf("kubectl dra %v: exit %d, want %d with %q:\n%s%s", tc.args, rc, tc.rc, tc.want, out.String(), errOut.String())
+		}
+	}
+}
+
+// TestKrewManifest renders the krew-release-bot template as the bot does
+// and checks the plugin it describes: named dra, every platform installing
+// the dra-exporter binary as kubectl-dra.
+func TestKrewManifest(t *testing.T) {
+	raw, err := os.ReadFile("../../deploy/krew/dra.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := regexp.MustCompile(`\{\{ ?addURIAndSha "([^"]+)" \.TagName ?\}\}`).ReplaceAllString(string(raw),
+		"uri: $1\n    sha256: "+strings.Repeat("ab", 32))
+	text = strings.ReplaceAll(text, "{{ .TagName }}", "v0.1.0")
+	if strings.Contains(text, "{{") {
+		t.Fatalf("template actions the bot does not know are left:\n%s", text)
+	}
+	var m struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Metadata   struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Spec struct {
+			Version          string `json:"version"`
+			ShortDescription string `json:"shortDescription"`
+			Description      string `json:"description"`
+			Caveats          string `json:"caveats"`
+			Homepage         string `json:"homepage"`
+			Platforms        []struct {
+				Selector struct {
+					MatchLabels map[string]string `json:"matchLabels"`
+				} `json:"selector"`
+				URI    string `json:"uri"`
+				SHA256 string `json:"sha256"`
+				Files  []struct {
+					From string `json:"from"`
+					To   string `json:"to"`
+				} `json:"files"`
+				Bin string `json:"bin"`
+			} `json:"platforms"`
+		} `json:"spec"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(text), &m); err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	if m.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || m.Kind != "Plugin" || m.Metadata.Name != "dra" || m.Spec.Version != "v0.1.0" {
+		t.Errorf("header: %+v", m)
+	}
+	if m.Spec.ShortDescription == "" || len(m.Spec.ShortDescription) > 60 || !strings.Contains(m.Spec.Description, "kubectl dra gates") {
+		t.Errorf("descriptions: %q / %q", m.Spec.ShortDescription, m.Spec.Description)
+	}
+	platforms := map[string]bool{}
+	for _, p := range m.Spec.Platforms {
+		key := p.Selector.MatchLabels["os"] + "/" + p.Selector.MatchLabels["arch"]
+		platforms[key] = true
+		if p.Bin != "kubectl-dra" || len(p.Files) == 0 || p.Files[0].From != "dra-exporter" || p.Files[0].To != "kubectl-dra" {
+			t.Errorf("%s: bin %q, files %+v: want dra-exporter installed as kubectl-dra", key, p.Bin, p.Files)
+		}
+		if !strings.HasPrefix(p.URI, "https://") || !strings.Contains(p.URI, strings.Replace(key, "/", "_", 1)) || len(p.SHA256) != 64 {
+			t.Errorf("%s: uri %q sha256 %q", key, p.URI, p.SHA256)
+		}
+	}
+	for _, want := range []string{"linux/amd64", "linux/arm64", "darwin/amd64", "darwin/arm64"} {
+		if !platforms[want] {
+			t.Errorf("no platform %s", want)
+		}
+	}
+}
