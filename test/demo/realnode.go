@@ -91,7 +91,11 @@ func (r *realNode) seed(ctx context.Context, cp *cluster.ControlPlane) error {
 		}
 	}
 	for _, p := range [][2]string{{"canary", "gpu"}, {"negative-control", "no-such-gpu"}, {"prepare-failure", "bogus-config"}} {
-		if _, err := c.CoreV1().Pods(realNS).Create(ctx, node.WorkloadPod(realNS, p[0], p[1]), metav1.CreateOptions{}); err != nil {
+		pod := node.WorkloadPod(realNS, p[0], p[1])
+		if p[0] == "negative-control" {
+			pod = cluster.NegativeControl(pod)
+		}
+		if _, err := c.CoreV1().Pods(realNS).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 			return err
 		}
 	}
