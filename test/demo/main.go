@@ -140,7 +140,7 @@ func run(keep, fastAlerts bool, root string) error {
 		defer real.stop()
 	}
 
-	promURL := "(not started: run `make tools` to build Prometheus)"
+	promURL, promBase := "(not started: run `make tools` to build Prometheus)", ""
 	rules, _ := filepath.Glob("rules/*.yaml")
 	if bin := os.Getenv(cluster.EnvPrometheus); bin != "" {
 		if _, err := os.Stat(bin); err == nil {
@@ -166,7 +166,7 @@ func run(keep, fastAlerts bool, root string) error {
 				return err
 			}
 			defer prom.Stop()
-			promURL = prom.URL + "/api/v1/alerts"
+			promURL, promBase = prom.URL+"/api/v1/alerts", prom.URL
 		}
 	}
 
@@ -221,8 +221,13 @@ Try:
   bin/dra-exporter explain --kubeconfig %s %s/negative-control (its selector matches no device: stays Pending)
   bin/dra-exporter explain --kubeconfig %s %s/prepare-failure  (the driver rejects its config: node_prepare_failed)
   curl -s http://%s/metrics | grep -E '^dra_gpu_holder_info'
-
 `, realNodeName, real.node.Dir, exporterConfig, realNS, exporterConfig, realNS, exporterConfig, realNS, real.agentTarget())
+		if promBase != "" {
+			fmt.Printf(`  bin/dra-exporter gates --prometheus.url %s --window 1m %s -l app=canary
+                                        (the canary's three gates and the negative control: PASS once a minute has passed)
+`, promBase, realNS)
+		}
+		fmt.Println()
 	}
 
 	churn(ctx, cp)
