@@ -198,7 +198,7 @@ chart-lint: $(HELM) ## helm lint the chart, and run its template tests (go test 
 	$(GO) test -count=1 ./deploy/helm/
 
 .PHONY: manifests
-manifests: $(HELM) ## Render deploy/manifests and deploy/prometheus from the chart (default values), and README's values table.
+manifests: $(HELM) ## Render deploy/manifests and deploy/prometheus from the chart (default values), and docs/install.md's values table.
 	$(GO) run ./deploy/helm/gen -helm $(HELM)
 
 PINT_VERSION := v0.86.0

@@ -616,9 +616,9 @@ func TestManifestsCurrent(t *testing.T) {
 	}
 }
 
-// TestREADMEValuesTable fails when README.md's values table is not the one
+// TestValuesTable fails when docs/install.md's values table is not the one
 // values.yaml's comments make: run `make manifests`.
-func TestREADMEValuesTable(t *testing.T) {
+func TestValuesTable(t *testing.T) {
 	values, err := os.ReadFile(filepath.Join(root, Chart, "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -630,16 +630,16 @@ func TestREADMEValuesTable(t *testing.T) {
 	if len(vals) < 40 {
 		t.Fatalf("only %d documented values", len(vals))
 	}
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	page, err := os.ReadFile(filepath.Join(root, ValuesDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := ReplaceTable(string(readme), Table(vals))
+	want, err := ReplaceTable(string(page), Table(vals))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want != string(readme) {
-		t.Error("README.md's values table is stale (run `make manifests`)")
+	if want != string(page) {
+		t.Errorf("%s's values table is stale (run `make manifests`)", ValuesDoc)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Command gen renders the chart with default values into deploy/manifests and
-// deploy/prometheus (for kubectl users) and regenerates README.md's values
+// deploy/prometheus (for kubectl users) and regenerates docs/install.md's values
 // table from values.yaml's comments: `make manifests`. Run it from the
 // repository root.
 package main
@@ -65,13 +65,13 @@ func generate(helmBin string) error {
 	if err != nil {
 		return err
 	}
-	readme, err := os.ReadFile("README.md")
+	page, err := os.ReadFile(helm.ValuesDoc)
 	if err != nil {
 		return err
 	}
-	updated, err := helm.ReplaceTable(string(readme), helm.Table(vals))
+	updated, err := helm.ReplaceTable(string(page), helm.Table(vals))
 	if err != nil {
 		return err
 	}
-	return os.WriteFile("README.md", []byte(updated), 0o644)
+	return os.WriteFile(helm.ValuesDoc, []byte(updated), 0o644)
 }
