@@ -19,12 +19,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -59,13 +57,8 @@ type ControlPlane struct {
 	ports map[string]int
 }
 
-type process struct {
-	name string
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-	err  error
-}
+// process is a program the harness started (see Process).
+type process = Process
 
 // BinDir returns the directory of the control-plane binaries from the
 // environment, checking that all four are there.
@@ -364,25 +357,10 @@ func (cp *ControlPlane) spawn(name string, args ...string) error {
 // spawnBinary starts the binary under another name (a replica of a
 // component), logging to name.log.
 func (cp *ControlPlane) spawnBinary(name, binary string, args ...string) error {
-	logPath := filepath.Join(cp.Dir, name+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := StartProcess(name, filepath.Join(cp.BinDir, binary), filepath.Join(cp.Dir, name+".log"), nil, args...)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(filepath.Join(cp.BinDir, binary), args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// The processes die with the test binary, even when it is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &process{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
 	cp.mu.Lock()
 	cp.procs[name] = p
 	cp.mu.Unlock()
@@ -400,16 +378,8 @@ func (cp *ControlPlane) take(name string) *process {
 }
 
 func (cp *ControlPlane) stop(name string) {
-	p := cp.take(name)
-	if p == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
+	if p := cp.take(name); p != nil {
+		p.Stop(10 * time.Second)
 	}
 }
 

@@ -286,6 +286,45 @@ func (m Metrics) Find(name string, match map[string]string) []Sample {
 	return out
 }
 
+// One says why the family has not exactly one series whose labels include
+// labels, with value v; nil when it has.
+func (m Metrics) One(name string, labels map[string]string, v float64) error {
+	got := m.Find(name, labels)
+	if len(got) != 1 {
+		return fmt.Errorf("%s%v: want 1 series, got %d %v", name, labels, len(got), got)
+	}
+	if got[0].Value != v {
+		return fmt.Errorf("%s: want %v, got %s", name, v, got[0])
+	}
+	return nil
+}
+
+// None says which series of the family include labels; nil when none does.
+func (m Metrics) None(name string, labels map[string]string) error {
+	if got := m.Find(name, labels); len(got) > 0 {
+		return fmt.Errorf("%s%v: want no series, got %v", name, labels, got)
+	}
+	return nil
+}
+
+// Await scrapes every interval until check passes, and returns that
+// scrape, or the last reason it failed once timeout passes.
+func (e *Exporter) Await(timeout, interval time.Duration, check func(m Metrics) error) (Metrics, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		m, err := e.Scrape()
+		if err == nil {
+			if err = check(m); err == nil {
+				return m, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("not within %s: %w", timeout, err)
+		}
+		time.Sleep(interval)
+	}
+}
+
 // Sum adds the values of the matching series.
 func (m Metrics) Sum(name string, match map[string]string) float64 {
 	var sum float64

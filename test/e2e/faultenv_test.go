@@ -366,20 +366,9 @@ func rssBytes(pid int) int64 {
 // eventuallyOn scrapes an exporter until check passes.
 func eventuallyOn(t *testing.T, e *cluster.Exporter, timeout time.Duration, what string, check func(m cluster.Metrics) error) cluster.Metrics {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for {
-		m, err := e.Scrape()
-		if err == nil {
-			if last = check(m); last == nil {
-				return m
-			}
-		} else {
-			last = err
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, last)
-		}
-		time.Sleep(200 * time.Millisecond)
+	m, err := e.Await(timeout, 200*time.Millisecond, check)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
+	return m
 }

@@ -159,21 +159,11 @@ func eventually(t *testing.T, timeout time.Duration, what string, check func(m c
 
 // one expects exactly one series matching labels, with value v.
 func one(m cluster.Metrics, name string, labels map[string]string, v float64) error {
-	got := m.Find(name, labels)
-	if len(got) != 1 {
-		return fmt.Errorf("%s%v: want 1 series, got %d %v", name, labels, len(got), got)
-	}
-	if got[0].Value != v {
-		return fmt.Errorf("%s: want %v, got %s", name, v, got[0])
-	}
-	return nil
+	return m.One(name, labels, v)
 }
 
 func none(m cluster.Metrics, name string, labels map[string]string) error {
-	if got := m.Find(name, labels); len(got) > 0 {
-		return fmt.Errorf("%s%v: want no series, got %v", name, labels, got)
-	}
-	return nil
+	return m.None(name, labels)
 }
 
 func createPod(t *testing.T, p *corev1.Pod) *corev1.Pod {

@@ -122,7 +122,7 @@ type Node struct {
 	devices int
 
 	mu    sync.Mutex
-	procs map[string]*process
+	procs map[string]*cluster.Process
 }
 
 // Start starts containerd, imports the test images, starts the kubelet and
@@ -138,7 +138,7 @@ func Start(ctx context.Context, cp *cluster.ControlPlane, bins Binaries, root st
 		o.Devices = 4
 	}
 	n := &Node{Name: o.Name, IP: NodeIP, Dir: filepath.Join(root, "node"), Bins: bins, CP: cp, client: cp.Client,
-		cgroup: cgroupName(root), devices: o.Devices, procs: map[string]*process{}}
+		cgroup: cgroupName(root), devices: o.Devices, procs: map[string]*cluster.Process{}}
 	if err := n.start(ctx); err != nil {
 		n.Stop()
 		return nil, err
@@ -519,34 +519,13 @@ func httpOK(url string) error {
 	return nil
 }
 
-// process is one of the node's programs.
-type process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
-
 func (n *Node) spawn(name, binary string, env []string, args ...string) error {
-	logPath := filepath.Join(n.Dir, "logs", name+".log")
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// The shim must be on containerd's PATH; runc is named in its config.
+	env = append([]string{"PATH=" + n.Bins.ContainerdDir + ":" + os.Getenv("PATH")}, env...)
+	p, err := cluster.StartProcess(name, binary, filepath.Join(n.Dir, "logs", name+".log"), env, args...)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	// The shim must be on containerd's PATH; runc is named in its config.
-	cmd.Env = append(append(os.Environ(), "PATH="+n.Bins.ContainerdDir+":"+os.Getenv("PATH")), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
-		return fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &process{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		logFile.Close()
-		close(p.done)
-	}()
 	n.mu.Lock()
 	n.procs[name] = p
 	n.mu.Unlock()
@@ -558,15 +537,8 @@ func (n *Node) stop(name string) {
 	p := n.procs[name]
 	delete(n.procs, name)
 	n.mu.Unlock()
-	if p == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
+	if p != nil {
+		p.Stop(15 * time.Second)
 	}
 }
 
@@ -578,12 +550,7 @@ func (n *Node) running(name string) error {
 	if p == nil {
 		return nil
 	}
-	select {
-	case <-p.done:
-		return fmt.Errorf("%s exited (%v); log:\n%s", name, p.err, cluster.Tail(filepath.Join(n.Dir, "logs", name+".log"), 30))
-	default:
-		return nil
-	}
+	return p.Exited()
 }
 
 // waitFor polls check until it passes, the component dies or the timeout

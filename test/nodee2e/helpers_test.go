@@ -243,44 +243,23 @@ func containerPID(t *testing.T, p *corev1.Pod, container string) int {
 	return 0
 }
 
-// scrapeExporter scrapes the exporter until check passes.
+// eventually scrapes the exporter or agent until check passes.
 func eventually(t *testing.T, target *cluster.Exporter, timeout time.Duration, what string, check func(m cluster.Metrics) error) cluster.Metrics {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last error
-	for {
-		m, err := target.Scrape()
-		if err == nil {
-			if last = check(m); last == nil {
-				return m
-			}
-		} else {
-			last = err
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, timeout, last)
-		}
-		time.Sleep(250 * time.Millisecond)
+	m, err := target.Await(timeout, 250*time.Millisecond, check)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
+	return m
 }
 
 // one expects exactly one series matching labels, with value v.
 func one(m cluster.Metrics, name string, labels map[string]string, v float64) error {
-	got := m.Find(name, labels)
-	if len(got) != 1 {
-		return fmt.Errorf("%s%v: want 1 series, got %d %v", name, labels, len(got), got)
-	}
-	if got[0].Value != v {
-		return fmt.Errorf("%s: want %v, got %s", name, v, got[0])
-	}
-	return nil
+	return m.One(name, labels, v)
 }
 
 func none(m cluster.Metrics, name string, labels map[string]string) error {
-	if got := m.Find(name, labels); len(got) > 0 {
-		return fmt.Errorf("%s%v: want no series, got %v", name, labels, got)
-	}
-	return nil
+	return m.None(name, labels)
 }
 
 // watcher scrapes targets every interval until stopped and records every
