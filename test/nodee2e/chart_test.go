@@ -97,22 +97,7 @@ func TestChart(t *testing.T) {
 		return one(m, "dra_pod_blocked", blocked, 1)
 	})
 	// The pod and the process read the same cluster the same way.
-	for _, family := range []string{"dra_device_info", "dra_device_class_devices", "dra_claim_status", "dra_pod_blocked"} {
-		var last string
-		err := cluster.WaitFor(ctx, 30*time.Second, family+" equal", func(context.Context) (bool, error) {
-			a, err1 := inPod.Scrape()
-			b, err2 := env.exp.Scrape()
-			if err1 != nil || err2 != nil {
-				return false, nil
-			}
-			x, y := fmt.Sprint(a.Find(family, nil)), fmt.Sprint(b.Find(family, nil))
-			last = "pod:     " + x + "\nprocess: " + y
-			return x == y, nil
-		})
-		if err != nil {
-			t.Errorf("%v\n%s", err, last)
-		}
-	}
+	sameSeries(t, inPod, env.exp, "dra_device_info", "dra_device_class_devices", "dra_claim_status", "dra_pod_blocked")
 
 	// The agent's DaemonSet, against the agent run as a process.
 	agents, err := env.cp.Client.CoreV1().Pods(chartNS).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=node-agent"})
@@ -135,11 +120,19 @@ func TestChart(t *testing.T) {
 		}
 		return one(m, "dra_gpu_holder_info", map[string]string{"namespace": ns, "pod": "llm-1", "lane": "dra"}, 1)
 	})
-	for _, family := range []string{"dra_gpu_holder_info", "dra_node_claim_conflict", "dra_gpu_isolation_violation", "dra_node_podresources_up", "dra_node_podresources_dynamic_resources", "dra_node_host_processes_visible"} {
+	sameSeries(t, agentInPod, env.agent, "dra_gpu_holder_info", "dra_node_claim_conflict", "dra_gpu_isolation_violation",
+		"dra_node_podresources_up", "dra_node_podresources_dynamic_resources", "dra_node_host_processes_visible")
+}
+
+// sameSeries waits until the chart's pod serves the same series of each
+// family as the same program run as a process.
+func sameSeries(t *testing.T, pod, process *cluster.Exporter, families ...string) {
+	t.Helper()
+	for _, family := range families {
 		var last string
-		err := cluster.WaitFor(ctx, 30*time.Second, family+" equal", func(context.Context) (bool, error) {
-			a, err1 := agentInPod.Scrape()
-			b, err2 := env.agent.Scrape()
+		err := cluster.WaitFor(context.Background(), 30*time.Second, family+" equal", func(context.Context) (bool, error) {
+			a, err1 := pod.Scrape()
+			b, err2 := process.Scrape()
 			if err1 != nil || err2 != nil {
 				return false, nil
 			}
