@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -43,39 +42,29 @@ type bundleFlags struct {
 	agentSelector string
 	agentPort     string
 	agentAccess   string
-	agentURLs     stringList
+	agentURLs     []string
 }
 
 func bundleCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("bundle", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	app := newApp("bundle", "Collects, read-only (get and list), the evidence to keep before a DRA rollout: server and kubelet versions, "+
+		"the resource.k8s.io API resources, nodes, the GPU Operator's ClusterPolicy, GPUCluster and NVIDIADriver where "+
+		"served, GPU pods, DeviceClasses, ResourceSlices, ResourceClaims, DeviceTaintRules, the events about them, and "+
+		"every node agent's /metrics with a GPU inventory. snapshot, explain and gates read it with --from.", stdout, stderr)
 	var f bundleFlags
-	fs.StringVar(&f.out, "o", "", "The bundle file to write (.tar.gz); - writes to standard output.")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
-	fs.DurationVar(&f.timeout, "timeout", 2*time.Minute, "Time allowed for the whole collection.")
-	fs.StringVar(&f.agentSelector, "agent.selector", "app.kubernetes.io/name=dra-exporter,app.kubernetes.io/component=node-agent",
-		"Label selector of the node agent pods (every namespace) whose /metrics are saved; empty reads none.")
-	fs.StringVar(&f.agentPort, "agent.port", "metrics", "The agent container's port, by name or number.")
-	fs.StringVar(&f.agentAccess, "agent.access", "auto",
-		"How to reach the agents: proxy (through the API server, needs get on pods/proxy), direct (pod IP, from inside the cluster), auto (direct in a pod, else proxy).")
-	fs.Var(&f.agentURLs, "agent.url", "A node agent's /metrics URL to save as well (repeatable): agents that are not pods.")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: dra-exporter bundle -o FILE.tar.gz [FLAGS]")
-		fmt.Fprintln(stderr, "\nCollects, read-only (get and list), the evidence to keep before a DRA rollout: server and kubelet versions,")
-		fmt.Fprintln(stderr, "the resource.k8s.io API resources, nodes, the GPU Operator's ClusterPolicy, GPUCluster and NVIDIADriver where")
-		fmt.Fprintln(stderr, "served, GPU pods, DeviceClasses, ResourceSlices, ResourceClaims, DeviceTaintRules, the events about them, and")
-		fmt.Fprintln(stderr, "every node agent's /metrics with a GPU inventory. snapshot, explain and gates read it with --from.")
-		fs.PrintDefaults()
+	app.Flag("output", "The bundle file to write (.tar.gz); - writes to standard output.").Short('o').Required().PlaceHolder("FILE").StringVar(&f.out)
+	app.Flag("kubeconfig", "Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).").StringVar(&f.kubeconfig)
+	app.Flag("timeout", "Time allowed for the whole collection.").Default("2m").DurationVar(&f.timeout)
+	app.Flag("agent.selector", "Label selector of the node agent pods (every namespace) whose /metrics are saved; empty reads none.").
+		Default("app.kubernetes.io/name=dra-exporter,app.kubernetes.io/component=node-agent").StringVar(&f.agentSelector)
+	app.Flag("agent.port", "The agent container's port, by name or number.").Default("metrics").StringVar(&f.agentPort)
+	app.Flag("agent.access", "How to reach the agents: proxy (through the API server, needs get on pods/proxy), direct (pod IP, from inside the cluster), auto (direct in a pod, else proxy).").
+		Default("auto").EnumVar(&f.agentAccess, "auto", "proxy", "direct")
+	app.Flag("agent.url", "A node agent's /metrics URL to save as well (repeatable): agents that are not pods.").PlaceHolder("URL").StringsVar(&f.agentURLs)
+	if rc, ok := parse(app, args); !ok {
+		return rc
 	}
-	if !parseFlags(fs, args, stderr) {
-		return 2
-	}
-	if f.out == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return 2
-	}
-	if f.agentAccess != "auto" && f.agentAccess != "proxy" && f.agentAccess != "direct" {
-		fmt.Fprintf(stderr, "dra-exporter bundle: --agent.access: %q is not auto, proxy or direct\n", f.agentAccess)
+	if f.out == "" {
+		app.Errorf("-o FILE is required, try --help")
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)

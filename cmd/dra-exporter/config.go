@@ -1,11 +1,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/alecthomas/kingpin/v2"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/dra-exporter/dra-exporter/collector"
@@ -28,23 +28,32 @@ type config struct {
 	shard shard.Shard
 }
 
-func (c *config) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.attributeLabels, "device.attribute-labels", collector.FormatAttributeLabels(collector.DefaultAttributeLabels),
-		"Device attributes exported as labels of dra_device_info: comma-separated attribute[=label] (bare names are in the driver's domain).")
-	fs.StringVar(&c.podLabels, "pod.labels-allowlist", "",
-		"Comma-separated pod label keys exported on dra_pod_labels (none by default: pod labels can be unbounded or sensitive).")
-	fs.DurationVar(&c.unreservedGrace, "claim.unreserved-grace-period", 5*time.Minute,
-		"How long an allocated claim may reserve no pod before it counts as leaked (reason allocated_unreserved).")
-	registerDevicePluginResources(fs, &c.devicePluginResources)
-	fs.StringVar(&c.negativeControl, "gates.negative-control-label", defaultNegativeControl,
-		"Pod label KEY=VALUE that marks negative controls (dra_negative_control; they get no gates); empty marks none.")
+func (c *config) register(app *kingpin.Application) {
+	app.Flag("device.attribute-labels", "Device attributes exported as labels of dra_device_info: comma-separated attribute[=label] (bare names are in the driver's domain).").
+		Default(collector.FormatAttributeLabels(collector.DefaultAttributeLabels)).StringVar(&c.attributeLabels)
+	app.Flag("pod.labels-allowlist", "Comma-separated pod label keys exported on dra_pod_labels (none by default: pod labels can be unbounded or sensitive).").
+		PlaceHolder("KEYS").StringVar(&c.podLabels)
+	app.Flag("claim.unreserved-grace-period", "How long an allocated claim may reserve no pod before it counts as leaked (reason allocated_unreserved).").
+		Default("5m").DurationVar(&c.unreservedGrace)
+	registerDevicePluginResources(app, &c.devicePluginResources)
+	app.Flag("gates.negative-control-label", "Pod label KEY=VALUE that marks negative controls (dra_negative_control; they get no gates); empty marks none.").
+		Default(defaultNegativeControl).StringVar(&c.negativeControl)
+}
+
+// defaultConfig is the config of a command given none of these flags.
+func defaultConfig() (config, error) {
+	var c config
+	app := kingpin.New("defaults", "")
+	c.register(app)
+	_, err := app.Parse(nil)
+	return c, err
 }
 
 // registerDevicePluginResources is the flag serve and node share, so that
 // both processes take the same resources for device-plugin GPUs.
-func registerDevicePluginResources(fs *flag.FlagSet, v *string) {
-	fs.StringVar(v, "device-plugin.resources", "nvidia.com/gpu",
-		"Comma-separated extended resources that device plugins advertise for GPUs (the device-plugin lane).")
+func registerDevicePluginResources(app *kingpin.Application, v *string) {
+	app.Flag("device-plugin.resources", "Comma-separated extended resources that device plugins advertise for GPUs (the device-plugin lane).").
+		Default("nvidia.com/gpu").StringVar(v)
 }
 
 // defaultNegativeControl is the label the chart's values name too.
@@ -120,9 +129,3 @@ func (c *config) collectors() ([]collector.Collector, error) {
 		NegativeControl: control,
 	}), nil
 }
-
-// stringList is a repeatable flag.
-type stringList []string
-
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -16,10 +15,9 @@ import (
 // docs prints the metrics reference (docs/metrics.md) from the descriptors
 // the exporter really registers, with default flags.
 func docs(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("docs", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	app := newApp("docs", "Prints the metrics reference (docs/metrics.md) from the descriptors the exporter registers with default flags.", stdout, stderr)
+	if rc, ok := parse(app, args); !ok {
+		return rc
 	}
 	defs, err := allDefs()
 	if err != nil {
@@ -35,8 +33,10 @@ func docs(args []string, stdout, stderr io.Writer) int {
 
 // allDefs lists every family a server with default flags registers.
 func allDefs() ([]*collector.Def, error) {
-	var cfg config
-	cfg.register(flag.NewFlagSet("defaults", flag.ContinueOnError))
+	cfg, err := defaultConfig()
+	if err != nil {
+		return nil, err
+	}
 	collectors, err := cfg.collectors()
 	if err != nil {
 		return nil, err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -19,31 +18,21 @@ import (
 )
 
 func explain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: dra-exporter explain [--from FILE...] [--kubeconfig PATH] [FLAGS] NAMESPACE/POD")
-		fmt.Fprintln(stderr, "\nWalks the DRA decision tree for one pod and prints each link PASS/FAIL with its evidence.")
-		fmt.Fprintln(stderr, "Without --from it reads the cluster (get and list only).")
-		fs.PrintDefaults()
-	}
+	app := newApp("explain", "Walks the DRA decision tree for one pod and prints each link PASS/FAIL with its evidence. "+
+		"Without --from it reads the cluster (get and list only).", stdout, stderr)
+	from := app.Flag("from", "File of objects to read instead of the cluster (repeatable).").PlaceHolder("FILE").Strings()
+	kubeconfig := app.Flag("kubeconfig", "Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).").String()
+	nowFlag := app.Flag("now", "The time to evaluate at, RFC3339 (default: now).").PlaceHolder("RFC3339").String()
+	timeout := app.Flag("timeout", "Time allowed for reading the cluster.").Default("1m").Duration()
 	var cfg config
-	cfg.register(fs)
-	var from stringList
-	fs.Var(&from, "from", "File of objects to read instead of the cluster (repeatable).")
-	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
-	nowFlag := fs.String("now", "", "The time to evaluate at, RFC3339 (default: now).")
-	timeout := fs.Duration("timeout", time.Minute, "Time allowed for reading the cluster.")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	cfg.register(app)
+	target := app.Arg("namespace/pod", "The pod to explain.").Required().PlaceHolder("NAMESPACE/POD").String()
+	if rc, ok := parse(app, args); !ok {
+		return rc
 	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
-	}
-	ns, name, ok := strings.Cut(fs.Arg(0), "/")
+	ns, name, ok := strings.Cut(*target, "/")
 	if !ok || ns == "" || name == "" {
-		fmt.Fprintf(stderr, "dra-exporter explain: want NAMESPACE/POD, got %q\n", fs.Arg(0))
+		app.Errorf("want NAMESPACE/POD, got %q, try --help", *target)
 		return 2
 	}
 	now, err := parseNow(*nowFlag)
@@ -53,8 +42,8 @@ func explain(args []string, stdout, stderr io.Writer) int {
 	}
 	clock := func() time.Time { return now }
 	var ix *index.Index
-	if len(from) > 0 {
-		built, problems, err := offline.Build(from, cfg.trimmer(), cfg.indexConfig(clock, nil))
+	if len(*from) > 0 {
+		built, problems, err := offline.Build(*from, cfg.trimmer(), cfg.indexConfig(clock, nil))
 		reportProblems(stderr, problems)
 		if err != nil {
 			fmt.Fprintln(stderr, "dra-exporter explain:", err)

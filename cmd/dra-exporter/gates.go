@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -40,63 +39,45 @@ type gatesFlags struct {
 	window         time.Duration
 	step           time.Duration
 	output         string
-	from           stringList
+	from           []string
 	kubeconfig     string
 	timeout        time.Duration
 	requireControl bool
 }
 
 func gates(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gates", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	app := newApp("gates", "Prints, per DRA pod of the canary, the evidence gates api (platform team), node (node/runtime owner) and "+
+		"workload (inference owner), PASS or FAIL with their evidence, the namespace's negative controls, and one verdict. "+
+		"Exit status: 0 every gate passed for the whole window and the negative controls held; 1 a gate or a control failed "+
+		"(the verdict names the first, and its owner); 2 usage; 3 the evidence could not be read.", stdout, stderr)
 	var f gatesFlags
-	f.cfg.register(fs)
-	fs.StringVar(&f.selector, "l", "", "Label selector of the canary's pods (reads the pods from the API server, get and list only); default every DRA pod of the namespace.")
-	fs.StringVar(&f.prometheusURL, "prometheus.url", "http://localhost:9090", "The Prometheus that scrapes the exporter and the node agents and evaluates rules/gates.yaml.")
-	fs.DurationVar(&f.window, "window", 5*time.Minute, "Every gate must have passed at every evaluation of this window (the article's \"three PASSes in a row\"; rules/gates.yaml records the verdict over 5m).")
-	fs.DurationVar(&f.step, "step", 0, "The resolution the window is read at (default: the window / 30, at least 1s).")
-	fs.StringVar(&f.output, "o", "text", "Output: text or json.")
-	fs.Var(&f.from, "from", "An evidence bundle (dra-exporter bundle) to evaluate instead of Prometheus: gates api and node from its objects and agents (repeatable; object files too).")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "Path to a kubeconfig, for -l (default: $KUBECONFIG, ~/.kube/config, or in-cluster).")
-	fs.DurationVar(&f.timeout, "timeout", time.Minute, "Time allowed for the queries.")
-	fs.BoolVar(&f.requireControl, "require-negative-control", true, "The verdict needs a negative control in the namespace that held (the article's order: three PASSes and a negative control).")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: dra-exporter gates NAMESPACE [-l SELECTOR] [--prometheus.url URL | --from BUNDLE] [FLAGS]")
-		fmt.Fprintln(stderr, "\nPrints, per DRA pod of the canary, the evidence gates api (platform team), node (node/runtime owner) and")
-		fmt.Fprintln(stderr, "workload (inference owner), PASS or FAIL with their evidence, the namespace's negative controls, and one verdict.")
-		fmt.Fprintln(stderr, "Exit status: 0 every gate passed for the whole window and the negative controls held; 1 a gate or a control failed")
-		fmt.Fprintln(stderr, "(the verdict names the first, and its owner); 2 usage; 3 the evidence could not be read.")
-		fs.PrintDefaults()
-	}
-	// The namespace may come first, before the flags.
+	app.Flag("selector", "Label selector of the canary's pods (reads the pods from the API server, get and list only); default every DRA pod of the namespace.").
+		Short('l').PlaceHolder("SELECTOR").StringVar(&f.selector)
+	app.Flag("prometheus.url", "The Prometheus that scrapes the exporter and the node agents and evaluates rules/gates.yaml.").
+		Default("http://localhost:9090").StringVar(&f.prometheusURL)
+	app.Flag("window", "Every gate must have passed at every evaluation of this window (the article's \"three PASSes in a row\"; rules/gates.yaml records the verdict over 5m).").
+		Default("5m").DurationVar(&f.window)
+	app.Flag("step", "The resolution the window is read at (default: the window / 30, at least 1s).").Default("0s").DurationVar(&f.step)
+	app.Flag("output", "Output: text or json.").Short('o').Default("text").EnumVar(&f.output, "text", "json")
+	app.Flag("from", "An evidence bundle (dra-exporter bundle) to evaluate instead of Prometheus: gates api and node from its objects and agents (repeatable; object files too).").
+		PlaceHolder("BUNDLE").StringsVar(&f.from)
+	app.Flag("kubeconfig", "Path to a kubeconfig, for -l (default: $KUBECONFIG, ~/.kube/config, or in-cluster).").StringVar(&f.kubeconfig)
+	app.Flag("timeout", "Time allowed for the queries.").Default("1m").DurationVar(&f.timeout)
+	app.Flag("require-negative-control", "The verdict needs a negative control in the namespace that held (the article's order: three PASSes and a negative control).").
+		Default("true").BoolVar(&f.requireControl)
+	f.cfg.register(app)
 	var ns string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		ns, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return gatesUsage
-	}
-	if ns == "" && fs.NArg() == 1 {
-		ns = fs.Arg(0)
-	} else if fs.NArg() > 0 {
-		fs.Usage()
-		return gatesUsage
-	}
-	if ns == "" {
-		fs.Usage()
-		return gatesUsage
-	}
-	if f.output != "text" && f.output != "json" {
-		fmt.Fprintf(stderr, "dra-exporter gates: -o %q: want text or json\n", f.output)
-		return gatesUsage
+	app.Arg("namespace", "The canary's namespace.").Required().PlaceHolder("NAMESPACE").StringVar(&ns)
+	if rc, ok := parse(app, args); !ok {
+		return rc // gatesPass after the help, gatesUsage
 	}
 	if f.window <= 0 || f.step < 0 {
-		fmt.Fprintln(stderr, "dra-exporter gates: --window must be positive and --step not negative")
+		app.Errorf("--window must be positive and --step not negative, try --help")
 		return gatesUsage
 	}
 	sel, err := labels.Parse(f.selector)
 	if err != nil {
-		fmt.Fprintf(stderr, "dra-exporter gates: -l: %v\n", err)
+		app.Errorf("-l: %v, try --help", err)
 		return gatesUsage
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)

@@ -184,9 +184,10 @@ func firstDiff(got, want []byte) string {
 
 func scenarioExporter(t *testing.T, dir string) *collector.Exporter {
 	t.Helper()
-	var cfg config
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	cfg.register(fs)
+	cfg, err := defaultConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
 	now, _ := time.Parse(time.RFC3339, goldenNow)
 	clock := func() time.Time { return now }
 	ix, _, err := offline.Build([]string{filepath.Join(dir, "objects.yaml")}, cfg.trimmer(), cfg.indexConfig(clock, nil))

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -35,23 +34,17 @@ import (
 // the library answered it beside the agent's series and nvidia-smi's
 // figure; it exits 1 on a disagreement or when no source serves.
 func gpuCheck(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gpu-check", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	app := newApp("gpu-check", "Reads this host's GPUs as the node agent does and prints each field's raw reading (DCGM where it serves, "+
+		"NVML otherwise) beside the agent's series and nvidia-smi's figures. Exits 1 on a disagreement.", stdout, stderr)
 	var gf gpuFlags
-	gf.register(fs)
-	smi := fs.String("nvidia-smi", "nvidia-smi", "The nvidia-smi to compare with; \"fake\" renders the --gpu.fake-file machine's, \"\" skips it.")
-	socket := fs.String("kubelet.pod-resources-socket", podresources.DefaultSocket, "The kubelet's pod-resources socket, read when present.")
-	procRoot := fs.String("proc-root", "/proc", "The host's /proc.")
-	reads := fs.Int("reads", 3, "Reads of the GPU source; the last is compared (the first may wait for DCGM's first samples).")
-	interval := fs.Duration("interval", 2*time.Second, "Time between the reads.")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: dra-exporter gpu-check [FLAGS]")
-		fmt.Fprintln(stderr, "\nReads this host's GPUs as the node agent does and prints each field's raw reading (DCGM where it serves,")
-		fmt.Fprintln(stderr, "NVML otherwise) beside the agent's series and nvidia-smi's figures. Exits 1 on a disagreement.")
-		fs.PrintDefaults()
-	}
-	if !parseFlags(fs, args, stderr) {
-		return 2
+	gf.register(app)
+	smi := app.Flag("nvidia-smi", "The nvidia-smi to compare with; \"fake\" renders the --gpu.fake-file machine's, \"\" skips it.").Default("nvidia-smi").String()
+	socket := app.Flag("kubelet.pod-resources-socket", "The kubelet's pod-resources socket, read when present.").Default(podresources.DefaultSocket).String()
+	procRoot := app.Flag("proc-root", "The host's /proc.").Default("/proc").String()
+	reads := app.Flag("reads", "Reads of the GPU source; the last is compared (the first may wait for DCGM's first samples).").Default("3").Int()
+	interval := app.Flag("interval", "Time between the reads.").Default("2s").Duration()
+	if rc, ok := parse(app, args); !ok {
+		return rc
 	}
 	src, err := gf.open(slog.New(slog.NewTextHandler(stderr, nil)), true)
 	if err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -34,9 +33,10 @@ func TestKeptFamiliesMatchAFreshScrape(t *testing.T) {
 	clock := func() time.Time { return now }
 	steps := 0
 	for _, dir := range scenarios(t) {
-		var cfg config
-		fs := flag.NewFlagSet("test", flag.ContinueOnError)
-		cfg.register(fs)
+		cfg, err := defaultConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
 		objs, _, err := objects.LoadFiles([]string{filepath.Join(dir, "objects.yaml")})
 		if err != nil {
 			t.Fatal(err)

@@ -9,38 +9,38 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/common/version"
 )
 
-const usage = `Usage: dra-exporter [COMMAND] [FLAGS]
+// command is one of the binary's commands: its line in the listing and
+// the function that parses its arguments and runs it.
+type command struct {
+	name, help string
+	run        func(args []string, stdout, stderr io.Writer) int
+}
 
-Commands:
-  serve      watch the cluster and serve metrics (the default)
-  node       the node agent: GPU telemetry joined to pods, claims and devices (one per GPU node)
-  gpu-check  read this host's GPUs as the node agent does and compare with nvidia-smi
-  snapshot   print the metrics for a file of objects (kubectl get -o yaml)
-  explain    walk the decision tree for one pod, live or from files
-  gates      the evidence gates and the rollout verdict of a canary, from Prometheus or a bundle
-  bundle     save the evidence of a cluster (objects, versions, agents' GPU inventory) to a file
-  docs       print the metrics reference (docs/metrics.md)
-  version    print the version
+// commands lists the binary's commands; serve is the default.
+func commands() []command {
+	return []command{
+		{"serve", "Watch the cluster and serve metrics (the default command).", serve},
+		{"node", "The node agent: GPU telemetry joined to pods, claims and devices (one per GPU node).", node},
+		{"gpu-check", "Read this host's GPUs as the node agent does and compare with nvidia-smi.", gpuCheck},
+		{"snapshot", "Print the metrics for a file of objects (kubectl get -o yaml).", snapshot},
+		{"explain", "Walk the decision tree for one pod, live or from files.", explain},
+		{"gates", "The evidence gates and the rollout verdict of a canary, from Prometheus or a bundle.", gates},
+		{"bundle", "Save the evidence of a cluster (objects, versions, agents' GPU inventory) to a file.", bundleCmd},
+		{"docs", "Print the metrics reference (docs/metrics.md).", docs},
+		{"version", "Print the version.", versionCmd},
+	}
+}
 
-Run "dra-exporter COMMAND -h" for a command's flags.
-`
-
-// pluginUsage is the help of the binary installed as kubectl-dra.
-const pluginUsage = `Usage: kubectl dra COMMAND [FLAGS]
-
-Commands:
-  explain NAMESPACE/POD   walk the DRA decision tree for one pod
-  gates NAMESPACE         the evidence gates and the rollout verdict of a canary
-  bundle -o FILE.tar.gz   save the evidence of the cluster before a change
-  version                 print the version
-
-Run "kubectl dra COMMAND -h" for a command's flags.
-`
+// pluginCommands are the commands of the binary installed as kubectl-dra:
+// those an operator runs by hand, not the exporter or the node agent.
+var pluginCommands = []string{"explain", "gates", "bundle", "version"}
 
 func main() {
 	if isPlugin(os.Args[0]) {
@@ -56,53 +56,87 @@ func isPlugin(argv0 string) bool {
 	return name == "kubectl-dra"
 }
 
-// runPlugin serves "kubectl dra": the commands an operator runs by hand,
-// not the exporter or the node agent.
-func runPlugin(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, pluginUsage)
-		return 2
+func run(args []string, stdout, stderr io.Writer) int {
+	cmds := commands()
+	list := commandList("dra-exporter", "Kubernetes Dynamic Resource Allocation exporter: metrics that join claims, devices, "+
+		"ResourceSlices and pods, a node agent, and the commands that read them. Run \"dra-exporter COMMAND --help\" for a command's flags; "+
+		"without a command, the arguments are serve's.", cmds, "serve")
+	name := "serve"
+	if len(args) > 0 {
+		switch {
+		case isHelpFlag(args[0]):
+			list(stdout)
+			return 0
+		case !strings.HasPrefix(args[0], "-"):
+			name, args = args[0], args[1:]
+		}
 	}
-	switch args[0] {
-	case "explain", "gates", "bundle", "version":
-		return run(args, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, pluginUsage)
+	return dispatch("dra-exporter", cmds, list, name, args, stdout, stderr)
+}
+
+// runPlugin serves "kubectl dra".
+func runPlugin(args []string, stdout, stderr io.Writer) int {
+	var cmds []command
+	for _, c := range commands() {
+		if slices.Contains(pluginCommands, c.name) {
+			cmds = append(cmds, c)
+		}
+	}
+	list := commandList("kubectl dra", "The DRA decision tree of a pod, the evidence gates of a canary and the evidence bundle of a cluster, "+
+		"from dra-exporter. Run \"kubectl dra COMMAND --help\" for a command's flags.", cmds, "")
+	switch {
+	case len(args) == 0:
+		list(stderr)
+		return 2
+	case isHelpFlag(args[0]):
+		list(stdout)
 		return 0
 	}
-	fmt.Fprintf(stderr, "kubectl dra: unknown command %q\n\n%s", args[0], pluginUsage)
+	return dispatch("kubectl dra", cmds, list, args[0], args[1:], stdout, stderr)
+}
+
+// dispatch runs the command name of cmds; "help" lists them, "help
+// COMMAND" prints a command's help.
+func dispatch(prog string, cmds []command, list func(io.Writer), name string, args []string, stdout, stderr io.Writer) int {
+	if name == "help" {
+		if len(args) == 0 || args[0] == "help" {
+			list(stdout)
+			return 0
+		}
+		name, args = args[0], []string{"--help"}
+	}
+	for _, c := range cmds {
+		if c.name == name {
+			return c.run(args, stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "%s: error: unknown command %q, try --help\n", prog, name)
 	return 2
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	cmd := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
+func isHelpFlag(arg string) bool { return arg == "-h" || arg == "--help" }
+
+// commandList returns a function that writes the listing of cmds as kingpin
+// lists an Application's commands.
+func commandList(prog, help string, cmds []command, defaultCmd string) func(io.Writer) {
+	return func(w io.Writer) {
+		app := kingpin.New(prog, help).UsageWriter(w).ErrorWriter(w).Terminate(nil)
+		app.HelpFlag.Short('h')
+		for _, c := range cmds {
+			clause := app.Command(c.name, c.help)
+			if c.name == defaultCmd {
+				clause.Default()
+			}
+		}
+		app.Usage(nil)
 	}
-	switch cmd {
-	case "serve":
-		return serve(args, stderr)
-	case "node":
-		return node(args, stderr)
-	case "gpu-check":
-		return gpuCheck(args, stdout, stderr)
-	case "snapshot":
-		return snapshot(args, stdout, stderr)
-	case "explain":
-		return explain(args, stdout, stderr)
-	case "gates":
-		return gates(args, stdout, stderr)
-	case "bundle":
-		return bundleCmd(args, stdout, stderr)
-	case "docs":
-		return docs(args, stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, version.Print("dra-exporter"))
-		return 0
-	case "help":
-		fmt.Fprint(stdout, usage)
-		return 0
+}
+
+func versionCmd(args []string, stdout, stderr io.Writer) int {
+	app := newApp("version", "Prints the version, revision, branch, build user and date, and Go version of the binary.", stdout, stderr)
+	if rc, ok := parse(app, args); !ok {
+		return rc
 	}
-	fmt.Fprintf(stderr, "dra-exporter: unknown command %q\n\n%s", cmd, usage)
-	return 2
+	fmt.Fprintln(stdout, version.Print("dra-exporter"))
+	return 0
 }

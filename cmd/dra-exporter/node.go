@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
@@ -38,12 +38,13 @@ type gpuFlags struct {
 	machine *gpufake.Machine
 }
 
-func (f *gpuFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.source, "gpu.source", gpu.SourceAuto, "GPU telemetry source: auto (DCGM where it starts, else NVML), dcgm (go-dcgm: libdcgm.so.4, profiling), nvml (go-nvml: libnvidia-ml.so.1 from the driver, the basic fields), recorded (--gpu.recorded-file) or none.")
-	fs.StringVar(&f.recordedFile, "gpu.recorded-file", "", "JSON recording of a node's GPUs for --gpu.source=recorded (tests, the demo).")
-	fs.StringVar(&f.fakeFile, "gpu.fake-file", "", "A simulated GPU node (internal/gpu/gpufake's JSON) in place of libdcgm and libnvidia-ml, for tests and gpu-check --fake.")
-	fs.StringVar(&f.hostengine, "dcgm.hostengine-address", "", "Address of a standalone nv-hostengine (host:port, or unix:///path with DCGM 4.5+); empty embeds the host engine in the agent.")
-	fs.DurationVar(&f.timeout, "gpu.timeout", 5*time.Second, "Longest a GPU read may take: a hung GPU or library answers the scrape without GPU telemetry instead of blocking it.")
+func (f *gpuFlags) register(app *kingpin.Application) {
+	app.Flag("gpu.source", "GPU telemetry source: auto (DCGM where it starts, else NVML), dcgm (go-dcgm: libdcgm.so.4, profiling), nvml (go-nvml: libnvidia-ml.so.1 from the driver, the basic fields), recorded (--gpu.recorded-file) or none.").
+		Default(gpu.SourceAuto).EnumVar(&f.source, gpu.SourceAuto, gpu.SourceDCGM, gpu.SourceNVML, gpu.SourceRecorded, gpu.SourceNone)
+	app.Flag("gpu.recorded-file", "JSON recording of a node's GPUs for --gpu.source=recorded (tests, the demo).").PlaceHolder("FILE").StringVar(&f.recordedFile)
+	app.Flag("gpu.fake-file", "A simulated GPU node (internal/gpu/gpufake's JSON) in place of libdcgm and libnvidia-ml, for tests and gpu-check --fake.").PlaceHolder("FILE").StringVar(&f.fakeFile)
+	app.Flag("dcgm.hostengine-address", "Address of a standalone nv-hostengine (host:port, or unix:///path with DCGM 4.5+); empty embeds the host engine in the agent.").PlaceHolder("ADDRESS").StringVar(&f.hostengine)
+	app.Flag("gpu.timeout", "Longest a GPU read may take: a hung GPU or library answers the scrape without GPU telemetry instead of blocking it.").Default("5s").DurationVar(&f.timeout)
 }
 
 // open opens the chosen source. A library that cannot start is not fatal:
@@ -94,34 +95,29 @@ type nodeFlags struct {
 	devicePlugin  string
 }
 
-func (f *nodeFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "Name of the node the agent runs on (default $NODE_NAME; the DaemonSet sets it from spec.nodeName).")
-	fs.StringVar(&f.socket, "kubelet.pod-resources-socket", podresources.DefaultSocket, "The kubelet's pod-resources socket (hostPath); empty disables it.")
-	fs.DurationVar(&f.socketTimeout, "kubelet.pod-resources-timeout", 5*time.Second, "Timeout of one pod-resources List call.")
-	f.gpu.register(fs)
-	fs.StringVar(&f.procRoot, "proc-root", "/proc", "The host's /proc: GPU processes map to pods through <root>/<pid>/cgroup. The container's own /proc shows the host's processes only with hostPID (checked: dra_node_host_processes_visible). Empty disables the process join.")
-	fs.DurationVar(&f.claimRefresh, "claim.refresh-interval", 30*time.Second, "How often the claims of the node's pods are fetched again (also on every pod change).")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config).")
-	fs.DurationVar(&f.probeInterval, "kube.probe-interval", 15*time.Second, "How often to probe the API server's /readyz (dra_exporter_apiserver_up).")
-	registerDevicePluginResources(fs, &f.devicePlugin)
+func (f *nodeFlags) register(app *kingpin.Application) {
+	app.Flag("node-name", "Name of the node the agent runs on; the DaemonSet sets it from spec.nodeName.").Envar("NODE_NAME").StringVar(&f.nodeName)
+	app.Flag("kubelet.pod-resources-socket", "The kubelet's pod-resources socket (hostPath); empty disables it.").Default(podresources.DefaultSocket).StringVar(&f.socket)
+	app.Flag("kubelet.pod-resources-timeout", "Timeout of one pod-resources List call.").Default("5s").DurationVar(&f.socketTimeout)
+	f.gpu.register(app)
+	app.Flag("proc-root", "The host's /proc: GPU processes map to pods through <root>/<pid>/cgroup. The container's own /proc shows the host's processes only with hostPID (checked: dra_node_host_processes_visible). Empty disables the process join.").
+		Default("/proc").StringVar(&f.procRoot)
+	app.Flag("claim.refresh-interval", "How often the claims of the node's pods are fetched again (also on every pod change).").Default("30s").DurationVar(&f.claimRefresh)
+	app.Flag("kubeconfig", "Path to a kubeconfig (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config).").StringVar(&f.kubeconfig)
+	app.Flag("kube.probe-interval", "How often to probe the API server's /readyz (dra_exporter_apiserver_up).").Default("15s").DurationVar(&f.probeInterval)
+	registerDevicePluginResources(app, &f.devicePlugin)
 }
 
-func node(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("node", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func node(args []string, stdout, stderr io.Writer) int {
+	cgo := map[bool]string{true: "available (cgo; the libraries load at run time)", false: "unavailable (built without cgo)"}[gpu.CGO]
+	app := newApp("node", "The node agent (one per GPU node): GPU telemetry (DCGM or NVML) joined to the pods, claims and ResourceSlice "+
+		"devices that hold each GPU, from the kubelet's pod-resources API and node-scoped watches. This build: DCGM and NVML "+cgo+".", stdout, stderr)
 	var nf nodeFlags
-	nf.register(fs)
+	nf.register(app)
 	var w webFlags
-	w.register(fs, ":9878")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: dra-exporter node [FLAGS]")
-		fmt.Fprintln(stderr, "\nThe node agent (one per GPU node): GPU telemetry (DCGM or NVML) joined to the pods, claims and ResourceSlice")
-		fmt.Fprintln(stderr, "devices that hold each GPU, from the kubelet's pod-resources API and node-scoped watches.")
-		fmt.Fprintf(stderr, "This build: DCGM and NVML %s.\n", map[bool]string{true: "available (cgo; the libraries load at run time)", false: "unavailable (built without cgo)"}[gpu.CGO])
-		fs.PrintDefaults()
-	}
-	if !parseFlags(fs, args, stderr) {
-		return 2
+	w.register(app, ":9878")
+	if rc, ok := parse(app, args); !ok {
+		return rc
 	}
 	logger := w.logger(stderr)
 	if nf.nodeName == "" {
@@ -181,7 +177,7 @@ func node(args []string, stderr io.Writer) int {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	return w.listenAndServe(ctx, logger, reg, nil, "dra-exporter node", "DRA node agent: GPU telemetry joined to pods and claims", ":9878", func() string {
+	return w.listenAndServe(ctx, logger, reg, nil, "dra-exporter node", "DRA node agent: GPU telemetry joined to pods and claims", func() string {
 		if !store.Synced() {
 			return "informers not synced: pods, resourceslices, nodes"
 		}

@@ -29,13 +29,16 @@ func TestPluginCommands(t *testing.T) {
 		rc   int
 		want string
 	}{
-		{nil, 2, "Usage: kubectl dra COMMAND"},
-		{[]string{"--help"}, 0, "gates NAMESPACE"},
-		{[]string{"serve"}, 2, `unknown command "serve"`},
+		{nil, 2, "usage: kubectl dra <command> [<args> ...]"},
+		{[]string{"--help"}, 0, "Show help."},
+		{[]string{"help"}, 0, "\ngates\n"},
+		{[]string{"serve"}, 2, `kubectl dra: error: unknown command "serve"`},
 		{[]string{"node"}, 2, `unknown command "node"`},
-		{[]string{"gates", "-h"}, 2, "Usage: dra-exporter gates NAMESPACE"},
-		{[]string{"bundle", "-h"}, 2, "Usage: dra-exporter bundle -o FILE.tar.gz"},
-		{[]string{"explain", "-h"}, 2, "Usage: dra-exporter explain"},
+		{[]string{"help", "node"}, 2, `unknown command "node"`},
+		{[]string{"gates", "-h"}, 0, "usage: dra-exporter gates [<flags>] NAMESPACE"},
+		{[]string{"help", "gates"}, 0, "usage: dra-exporter gates [<flags>] NAMESPACE"},
+		{[]string{"bundle", "-h"}, 0, "usage: dra-exporter bundle --output=FILE"},
+		{[]string{"explain", "--help"}, 0, "usage: dra-exporter explain [<flags>] NAMESPACE/POD"},
 		{[]string{"version"}, 0, "dra-exporter, version"},
 	} {
 		var out, errOut bytes.Buffer

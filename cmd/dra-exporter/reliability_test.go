@@ -2,11 +2,11 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/alecthomas/kingpin/v2"
 	"k8s.io/klog/v2"
 
 	"github.com/dra-exporter/dra-exporter/collector"
@@ -25,9 +25,9 @@ func TestWatchErrorReasonsAgree(t *testing.T) {
 func TestKlogGoesThroughTheLogger(t *testing.T) {
 	var out bytes.Buffer
 	w := webFlags{}
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	w.register(fs, ":0")
-	if err := fs.Parse([]string{"--log.format=json"}); err != nil {
+	app := kingpin.New("test", "")
+	w.register(app, ":0")
+	if _, err := app.Parse([]string{"--log.format=json"}); err != nil {
 		t.Fatal(err)
 	}
 	w.logger(&out)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -17,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	versioncollector "github.com/prometheus/client_golang/prometheus/collectors/version"
-	"github.com/prometheus/common/promslog"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dra-exporter/dra-exporter/collector"
@@ -25,27 +22,21 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/kube"
 )
 
-func serve(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func serve(args []string, stdout, stderr io.Writer) int {
+	app := newApp("serve", "Watches DeviceClasses, ResourceSlices, ResourceClaims, DeviceTaintRules (where served), Pods, Nodes "+
+		"and Warning pod events (list and watch only) and serves the joined DRA metrics. "+
+		"Sharded (--total-shards > 1), every shard still watches all of them (verdicts need the whole cluster) but keeps "+
+		"only its namespaces' events and, except shard 0, other namespaces' pods without their statuses.", stdout, stderr)
 	var cfg config
-	cfg.register(fs)
+	cfg.register(app)
 	var w webFlags
-	w.register(fs, ":9877")
+	w.register(app, ":9877")
 	var sf shardFlags
-	sf.register(fs)
-	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config).")
-	probeInterval := fs.Duration("kube.probe-interval", 15*time.Second, "How often to probe the API server's /readyz (dra_exporter_apiserver_up).")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: dra-exporter [serve] [FLAGS]")
-		fmt.Fprintln(stderr, "\nWatches DeviceClasses, ResourceSlices, ResourceClaims, DeviceTaintRules (where served), Pods, Nodes")
-		fmt.Fprintln(stderr, "and Warning pod events (list and watch only) and serves the joined DRA metrics.")
-		fmt.Fprintln(stderr, "Sharded (--total-shards > 1), every shard still watches all of them (verdicts need the whole cluster) but keeps")
-		fmt.Fprintln(stderr, "only its namespaces' events and, except shard 0, other namespaces' pods without their statuses.")
-		fs.PrintDefaults()
-	}
-	if !parseFlags(fs, args, stderr) {
-		return 2
+	sf.register(app)
+	kubeconfig := app.Flag("kubeconfig", "Path to a kubeconfig (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config).").String()
+	probeInterval := app.Flag("kube.probe-interval", "How often to probe the API server's /readyz (dra_exporter_apiserver_up).").Default("15s").Duration()
+	if rc, ok := parse(app, args); !ok {
+		return rc
 	}
 	logger := w.logger(stderr)
 	collectorList, err := cfg.collectors()
@@ -53,7 +44,7 @@ func serve(args []string, stderr io.Writer) int {
 		logger.Error("invalid flags", "err", err)
 		return 2
 	}
-	if cfg.shard, err = sf.resolve(fs, os.Getenv); err != nil {
+	if cfg.shard, err = sf.resolve(os.Getenv); err != nil {
 		logger.Error("invalid flags", "err", err)
 		return 2
 	}
@@ -129,7 +120,7 @@ func serve(args []string, stderr io.Writer) int {
 		rendered.Store(true)
 		debug.FreeOSMemory()
 	}()
-	return w.listenAndServe(ctx, logger, reg, cluster, "dra-exporter", "Kubernetes Dynamic Resource Allocation exporter", ":9877", func() string {
+	return w.listenAndServe(ctx, logger, reg, cluster, "dra-exporter", "Kubernetes Dynamic Resource Allocation exporter", func() string {
 		if unsynced := informers.Unsynced(); len(unsynced) > 0 {
 			sort.Strings(unsynced)
 			return "informers not synced: " + strings.Join(unsynced, ", ")
@@ -143,27 +134,3 @@ func serve(args []string, stderr io.Writer) int {
 		return ""
 	})
 }
-
-// levelFlag and formatFlag adapt promslog's values to the flag package,
-// which calls String on a zero value when printing defaults.
-type levelFlag struct{ l *promslog.Level }
-
-func (f levelFlag) String() string {
-	if f.l == nil {
-		return "info"
-	}
-	return f.l.String()
-}
-
-func (f levelFlag) Set(s string) error { return f.l.Set(s) }
-
-type formatFlag struct{ f *promslog.Format }
-
-func (f formatFlag) String() string {
-	if f.f == nil {
-		return "logfmt"
-	}
-	return f.f.String()
-}
-
-func (f formatFlag) Set(s string) error { return f.f.Set(s) }

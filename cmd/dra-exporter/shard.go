@@ -1,9 +1,9 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 
+	"github.com/alecthomas/kingpin/v2"
 	"github.com/dra-exporter/dra-exporter/internal/shard"
 )
 
@@ -13,19 +13,21 @@ import (
 type shardFlags struct {
 	index, total int
 	auto         bool
+	// explicit is whether --shard was given, which --auto-sharding refuses.
+	explicit bool
 }
 
-func (f *shardFlags) register(fs *flag.FlagSet) {
-	fs.IntVar(&f.index, "shard", 0,
-		"This exporter's shard, 0 <= shard < --total-shards: it serves the namespaces with fnv1a32(namespace) mod total == shard, and shard 0 also the cluster-scoped series.")
-	fs.IntVar(&f.total, "total-shards", 1,
-		"How many shards split the cluster (1: unsharded).")
-	fs.BoolVar(&f.auto, "auto-sharding", false,
-		"Read the shard from $POD_NAME's trailing -<ordinal>, as a StatefulSet names its pods (the total from --total-shards).")
+func (f *shardFlags) register(app *kingpin.Application) {
+	app.Flag("shard", "This exporter's shard, 0 <= shard < --total-shards: it serves the namespaces with fnv1a32(namespace) mod total == shard, and shard 0 also the cluster-scoped series.").
+		Default("0").IsSetByUser(&f.explicit).IntVar(&f.index)
+	app.Flag("total-shards", "How many shards split the cluster (1: unsharded).").
+		Default("1").IntVar(&f.total)
+	app.Flag("auto-sharding", "Read the shard from $POD_NAME's trailing -<ordinal>, as a StatefulSet names its pods (the total from --total-shards).").
+		BoolVar(&f.auto)
 }
 
 // resolve returns the shard the flags name; getenv reads $POD_NAME.
-func (f *shardFlags) resolve(fs *flag.FlagSet, getenv func(string) string) (shard.Shard, error) {
+func (f *shardFlags) resolve(getenv func(string) string) (shard.Shard, error) {
 	if !f.auto {
 		s, err := shard.New(f.index, f.total)
 		if err != nil {
@@ -33,9 +35,7 @@ func (f *shardFlags) resolve(fs *flag.FlagSet, getenv func(string) string) (shar
 		}
 		return s, nil
 	}
-	explicit := false
-	fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "shard" })
-	if explicit {
+	if f.explicit {
 		return shard.Shard{}, fmt.Errorf("--auto-sharding reads the shard from $POD_NAME: do not set --shard too")
 	}
 	if f.total < 1 {

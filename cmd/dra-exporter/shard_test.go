@@ -2,10 +2,11 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/alecthomas/kingpin/v2"
 )
 
 func TestShardFlags(t *testing.T) {
@@ -28,14 +29,13 @@ func TestShardFlags(t *testing.T) {
 		{args: []string{"--auto-sharding", "--shard=1", "--total-shards=3"}, podName: "dra-exporter-1", err: "do not set --shard"},
 		{args: []string{"--auto-sharding"}, podName: "dra-exporter-0", want: "unsharded"},
 	} {
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
+		app := kingpin.New("serve", "")
 		var f shardFlags
-		f.register(fs)
-		if err := fs.Parse(tc.args); err != nil {
+		f.register(app)
+		if _, err := app.Parse(tc.args); err != nil {
 			t.Fatal(err)
 		}
-		got, err := f.resolve(fs, func(k string) string {
+		got, err := f.resolve(func(k string) string {
 			if k != "POD_NAME" {
 				t.Errorf("read $%s", k)
 			}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -102,9 +101,10 @@ func shardFor(t *testing.T, i int, a []int, namespaces []string) shard.Shard {
 
 func renderShard(t *testing.T, path string, sh shard.Shard) []byte {
 	t.Helper()
-	var cfg config
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	cfg.register(fs)
+	cfg, err := defaultConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg.shard = sh
 	now, _ := time.Parse(time.RFC3339, goldenNow)
 	clock := func() time.Time { return now }

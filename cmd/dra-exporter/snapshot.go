@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,25 +14,14 @@ import (
 )
 
 func snapshot(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("snapshot", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: dra-exporter snapshot --from FILE [--from FILE...] [--now RFC3339] [FLAGS]")
-		fmt.Fprintln(stderr, "\nPrints the metrics the exporter would serve for the objects in the files (kubectl get -o yaml Lists,")
-		fmt.Fprintln(stderr, "multi-document YAML or JSON), without latency histograms, process and self-metrics.")
-		fs.PrintDefaults()
-	}
+	app := newApp("snapshot", "Prints the metrics the exporter would serve for the objects in the files (kubectl get -o yaml Lists, "+
+		"multi-document YAML or JSON), without latency histograms, process and self-metrics.", stdout, stderr)
+	from := app.Flag("from", "File of objects to read (repeatable).").Required().PlaceHolder("FILE").Strings()
+	nowFlag := app.Flag("now", "The time to evaluate at, RFC3339 (default: now). Grace periods count to it.").PlaceHolder("RFC3339").String()
 	var cfg config
-	cfg.register(fs)
-	var from stringList
-	fs.Var(&from, "from", "File of objects to read (repeatable).")
-	nowFlag := fs.String("now", "", "The time to evaluate at, RFC3339 (default: now). Grace periods count to it.")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if len(from) == 0 || fs.NArg() > 0 {
-		fs.Usage()
-		return 2
+	cfg.register(app)
+	if rc, ok := parse(app, args); !ok {
+		return rc
 	}
 	now, err := parseNow(*nowFlag)
 	if err != nil {
@@ -46,7 +34,7 @@ func snapshot(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	clock := func() time.Time { return now }
-	ix, problems, err := offline.Build(from, cfg.trimmer(), cfg.indexConfig(clock, nil))
+	ix, problems, err := offline.Build(*from, cfg.trimmer(), cfg.indexConfig(clock, nil))
 	reportProblems(stderr, problems)
 	if err != nil {
 		fmt.Fprintln(stderr, "dra-exporter snapshot:", err)

@@ -3,52 +3,51 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
+	"github.com/alecthomas/kingpin/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/promslog"
+	promslogflag "github.com/prometheus/common/promslog/flag"
 	"github.com/prometheus/common/version"
 	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 	"k8s.io/klog/v2"
 
 	"github.com/dra-exporter/dra-exporter/collector"
 )
 
-// webFlags are the HTTP and log flags that serve and node share.
+// webFlags are the HTTP and log flags that serve and node share:
+// exporter-toolkit's and promslog's, as every Prometheus exporter has them,
+// and two of our own.
 type webFlags struct {
-	listen      stringList
-	probeListen *string
-	configFile  *string
-	systemd     *bool
-	metricsPath *string
-	level       *promslog.Level
-	format      *promslog.Format
+	toolkit     *web.FlagConfig
+	probeListen string
+	metricsPath string
+	log         promslog.Config
 }
 
-func (w *webFlags) register(fs *flag.FlagSet, defaultListen string) {
-	fs.Var(&w.listen, "web.listen-address", "Address to listen on for metrics and probes (repeatable; default "+defaultListen+").")
-	w.configFile = fs.String("web.config.file", "", "Path to an exporter-toolkit web config file (TLS, basic auth).")
-	w.probeListen = fs.String("web.probe-address", "", "Address of a second listener serving only /healthz and /readyz, in plain HTTP without the web config's TLS and basic auth (for kubelet probes when the web config asks for basic auth); empty: none.")
-	w.systemd = fs.Bool("web.systemd-socket", false, "Use systemd socket activation listeners instead of port listeners (Linux only).")
-	w.metricsPath = fs.String("web.telemetry-path", "/metrics", "Path under which to expose metrics.")
-	w.level = promslog.NewLevel()
-	w.format = promslog.NewFormat()
-	_ = w.format.Set("logfmt")
-	fs.Var(levelFlag{w.level}, "log.level", "Log level: debug, info, warn, error.")
-	fs.Var(formatFlag{w.format}, "log.format", "Log format: logfmt or json.")
+func (w *webFlags) register(app *kingpin.Application, defaultListen string) {
+	w.toolkit = kingpinflag.AddFlags(app, defaultListen)
+	app.Flag("web.probe-address", "Address of a second listener serving only /healthz and /readyz, in plain HTTP without the web config's TLS and basic auth (for kubelet probes when the web config asks for basic auth); empty: none.").
+		PlaceHolder("ADDRESS").StringVar(&w.probeListen)
+	app.Flag("web.telemetry-path", "Path under which to expose metrics.").Default("/metrics").StringVar(&w.metricsPath)
+	promslogflag.AddFlags(app, &w.log)
 }
 
 // logger returns the process's logger. client-go's own log lines (klog:
 // the reflectors' warnings, runtime errors) go through it too, as
 // structured lines among the exporter's rather than klog's text format.
 func (w *webFlags) logger(stderr io.Writer) *slog.Logger {
-	l := promslog.New(&promslog.Config{Level: w.level, Format: w.format, Writer: stderr})
+	cfg := w.log
+	cfg.Writer = stderr
+	l := promslog.New(&cfg)
 	klog.SetSlogLogger(l)
 	return l
 }
@@ -56,20 +55,17 @@ func (w *webFlags) logger(stderr io.Writer) *slog.Logger {
 // listenAndServe serves /metrics from reg (and cluster, when set: see
 // metricsHandler), /healthz, /readyz (ready says why it is not, "" when it
 // is) and a landing page, until ctx ends.
-func (w *webFlags) listenAndServe(ctx context.Context, logger *slog.Logger, reg *prometheus.Registry, cluster *collector.Exporter, name, description, defaultListen string, ready func() string) int {
-	if len(w.listen) == 0 {
-		w.listen = stringList{defaultListen}
-	}
+func (w *webFlags) listenAndServe(ctx context.Context, logger *slog.Logger, reg *prometheus.Registry, cluster *collector.Exporter, name, description string, ready func() string) int {
 	mux := http.NewServeMux()
-	mux.Handle(*w.metricsPath, metricsHandler(reg, cluster, logger))
+	mux.Handle(w.metricsPath, metricsHandler(reg, cluster, logger))
 	probes(mux, ready)
-	if *w.metricsPath != "/" {
+	if w.metricsPath != "/" {
 		landing, err := web.NewLandingPage(web.LandingConfig{
 			Name:        name,
 			Description: description,
 			Version:     version.Info(),
 			Links: []web.LandingLinks{
-				{Address: *w.metricsPath, Text: "Metrics"},
+				{Address: w.metricsPath, Text: "Metrics"},
 				{Address: "/healthz", Text: "Health"},
 				{Address: "/readyz", Text: "Readiness"},
 			},
@@ -87,17 +83,16 @@ func (w *webFlags) listenAndServe(ctx context.Context, logger *slog.Logger, reg 
 		defer cancel()
 		_ = server.Shutdown(shutdown)
 	}()
-	logger.Info("starting "+name, "version", version.Info(), "listen", w.listen.String())
-	if *w.probeListen != "" {
-		_, stop, err := serveProbes(*w.probeListen, ready, logger)
+	logger.Info("starting "+name, "version", version.Info(), "listen", strings.Join(*w.toolkit.WebListenAddresses, ","))
+	if w.probeListen != "" {
+		_, stop, err := serveProbes(w.probeListen, ready, logger)
 		if err != nil {
 			logger.Error("probe listener", "err", err)
 			return 1
 		}
 		defer stop()
 	}
-	flags := &web.FlagConfig{WebListenAddresses: (*[]string)(&w.listen), WebSystemdSocket: w.systemd, WebConfigFile: w.configFile}
-	if err := web.ListenAndServe(server, flags, logger); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := web.ListenAndServe(server, w.toolkit, logger); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		logger.Error("serve", "err", err)
 		return 1
 	}
@@ -139,17 +134,4 @@ func serveProbes(addr string, ready func() string, logger *slog.Logger) (net.Add
 	}()
 	logger.Info("serving /healthz and /readyz without TLS or auth", "listen", l.Addr().String())
 	return l.Addr(), func() { _ = server.Close() }, nil
-}
-
-// parseFlags parses a command's flags, which take no positional arguments;
-// it reports false (after saying why) when the command should exit 2.
-func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) bool {
-	if err := fs.Parse(args); err != nil {
-		return false
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "dra-exporter %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		return false
-	}
-	return true
 }
