@@ -35,10 +35,6 @@ const (
 	metricTypeGauge = 1
 )
 
-// gaugeSize is an encoded Metric's gauge field: tag, length, and the
-// double value with its tag.
-const gaugeSize = 1 + 1 + 1 + 8
-
 // WriteProtoTo writes the family as one length-delimited protobuf
 // MetricFamily. Every family the exporter renders is a gauge family (the
 // collectors emit gauges only). A message starts with its length, so the

@@ -75,12 +75,6 @@ func fieldIDs(keep func(Field) bool) []FieldID {
 	return out
 }
 
-// boardField reports whether id is a field of the whole board.
-func boardField(id FieldID) bool {
-	f, ok := FieldByID(id)
-	return ok && !f.Instance
-}
-
 // FieldByName finds a field by its DCGM name.
 func FieldByName(name string) (Field, bool) {
 	for _, f := range Fields {

@@ -23,7 +23,6 @@ type Machine struct {
 	generation int // bumped by a restart: older connections are invalid
 	initCount  int // go-dcgm's Init counter (api.go ~23-45)
 	conn       *conn
-	profHolder bool // the profiling lock is held by another client
 
 	// NVML.
 	nvmlRefs int
