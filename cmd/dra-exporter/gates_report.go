@@ -86,6 +86,8 @@ type verdictReport struct {
 	Gate    string `json:"gate,omitempty"`
 	Owner   string `json:"owner,omitempty"`
 	Summary string `json:"summary"`
+	// Also lists the other causes of a FAIL, most pressing first.
+	Also []string `json:"also,omitempty"`
 }
 
 // decide sets the verdict: PASS only when every gate of every pod passed
@@ -136,11 +138,10 @@ func (r *gatesReport) decide() {
 	if len(causes) > 0 {
 		sort.SliceStable(causes, func(i, j int) bool { return causes[i].rank < causes[j].rank })
 		c := causes[0]
-		summary := c.summary
-		if len(causes) > 1 {
-			summary += fmt.Sprintf("; %d more cause(s) above", len(causes)-1)
+		r.Verdict = verdictReport{Gate: string(c.gate), Owner: c.gate.Owner(), Summary: c.summary}
+		for _, o := range causes[1:] {
+			r.Verdict.Also = append(r.Verdict.Also, o.summary)
 		}
-		r.Verdict = verdictReport{Gate: string(c.gate), Owner: c.gate.Owner(), Summary: summary}
 		return
 	}
 	v := verdictReport{Pass: true, Summary: fmt.Sprintf("every gate of %d pod(s) passed", len(r.Pods))}
@@ -228,6 +229,9 @@ func (r *gatesReport) writeText(w io.Writer) error {
 		fmt.Fprintf(b, "\nVerdict: PASS: %s\n", r.Verdict.Summary)
 	} else {
 		fmt.Fprintf(b, "\nVerdict: FAIL: %s\nOwner: %s\n", r.Verdict.Summary, r.Verdict.Owner)
+		for _, a := range r.Verdict.Also {
+			fmt.Fprintf(b, "Also: %s\n", a)
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

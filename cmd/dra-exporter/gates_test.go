@@ -167,6 +167,37 @@ func TestGatesFromBundlePass(t *testing.T) {
 	}
 }
 
+// TestGatesVerdictListsEveryCause: a FAIL names its most pressing cause
+// and lists the others, so that none is only counted (a namespace with a
+// broken control and no canary read "1 more cause(s) above" with nothing
+// above to read).
+func TestGatesVerdictListsEveryCause(t *testing.T) {
+	path := writeBundle(t, onlyItems(t, readFile(t, gatesObjects), "control-allocated"), nil)
+	rc, out, errOut := runGates(t, "llm-canary", "--from", path)
+	if rc != gatesFail {
+		t.Fatalf("exit %d, want %d\n%s%s", rc, gatesFail, out, errOut)
+	}
+	for _, want := range []string{
+		"Verdict: FAIL: negative control llm-canary/control-allocated is broken (started)",
+		"Also: no DRA pod with gates in namespace llm-canary\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	_, out, _ = runGates(t, "llm-canary", "--from", writeBundle(t, readFile(t, gatesObjects), map[string][]byte{"gpu-node-1": readFile(t, gatesAgent)}), "-o", "json")
+	var r gatesReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	also := strings.Join(r.Verdict.Also, "\n")
+	for _, want := range []string{"gate api of llm-canary/llm-canary-retried fails (allocation_retried)", "gate node of llm-canary/llm-canary-pending fails (absent)", "negative control llm-canary/control-allocated is broken"} {
+		if !strings.Contains(also, want) {
+			t.Errorf("verdict's other causes lack %q: %q", want, r.Verdict.Also)
+		}
+	}
+}
+
 func TestGatesUsage(t *testing.T) {
 	for _, args := range [][]string{{}, {"ns", "-o", "yaml"}, {"ns", "-l", "a in ("}, {"ns", "--window", "0s"}, {"ns", "extra"}} {
 		if rc, _, _ := runGates(t, args...); rc != gatesUsage {
