@@ -45,8 +45,8 @@ type bundleFlags struct {
 	agentURLs     []string
 }
 
-func bundleCmd(args []string, stdout, stderr io.Writer) int {
-	app := newApp("bundle", "Collects, read-only (get and list), the evidence to keep before a DRA rollout: server and kubelet versions, "+
+func bundleCmd(prog string, args []string, stdout, stderr io.Writer) int {
+	app := newApp(prog, "Collects, read-only (get and list), the evidence to keep before a DRA rollout: server and kubelet versions, "+
 		"the resource.k8s.io API resources, nodes, the GPU Operator's ClusterPolicy, GPUCluster and NVIDIADriver where "+
 		"served, GPU pods, DeviceClasses, ResourceSlices, ResourceClaims, DeviceTaintRules, the events about them, and "+
 		"every node agent's /metrics with a GPU inventory. snapshot, explain and gates read it with --from.", stdout, stderr)
@@ -71,17 +71,17 @@ func bundleCmd(args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	rc, err := kube.RESTConfig(f.kubeconfig)
 	if err != nil {
-		fmt.Fprintln(stderr, "dra-exporter bundle:", err)
+		fmt.Fprintln(stderr, prog+":", err)
 		return 1
 	}
 	var buf bytes.Buffer
 	w := bundle.NewWriter(&buf, time.Now(), "dra-exporter "+version.Version)
 	if err := collect(ctx, rc, f, w); err != nil {
-		fmt.Fprintln(stderr, "dra-exporter bundle:", err)
+		fmt.Fprintln(stderr, prog+":", err)
 		return 1
 	}
 	if err := w.Close(); err != nil {
-		fmt.Fprintln(stderr, "dra-exporter bundle:", err)
+		fmt.Fprintln(stderr, prog+":", err)
 		return 1
 	}
 	if f.out == "-" {
@@ -90,7 +90,7 @@ func bundleCmd(args []string, stdout, stderr io.Writer) int {
 		err = os.WriteFile(f.out, buf.Bytes(), 0o600)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "dra-exporter bundle:", err)
+		fmt.Fprintln(stderr, prog+":", err)
 		return 1
 	}
 	failed := 0

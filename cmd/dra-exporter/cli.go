@@ -16,10 +16,11 @@ import (
 // --web.*. run dispatches on the first argument, and the listing of the
 // commands is itself rendered by kingpin (commandList).
 
-// newApp returns the Application of one command: its help (-h, --help) on
+// newApp returns the Application of one command, prog as it was invoked
+// ("dra-exporter gates", "kubectl dra gates"): its help (-h, --help) on
 // stdout, its usage errors on stderr.
-func newApp(name, help string, stdout, stderr io.Writer) *kingpin.Application {
-	app := kingpin.New("dra-exporter "+name, help).UsageWriter(stdout).ErrorWriter(stderr)
+func newApp(prog, help string, stdout, stderr io.Writer) *kingpin.Application {
+	app := kingpin.New(prog, help).UsageWriter(stdout).ErrorWriter(stderr)
 	app.HelpFlag.Short('h')
 	return app
 }

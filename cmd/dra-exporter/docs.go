@@ -14,14 +14,14 @@ import (
 
 // docs prints the metrics reference (docs/metrics.md) from the descriptors
 // the exporter really registers, with default flags.
-func docs(args []string, stdout, stderr io.Writer) int {
-	app := newApp("docs", "Prints the metrics reference (docs/metrics.md) from the descriptors the exporter registers with default flags.", stdout, stderr)
+func docs(prog string, args []string, stdout, stderr io.Writer) int {
+	app := newApp(prog, "Prints the metrics reference (docs/metrics.md) from the descriptors the exporter registers with default flags.", stdout, stderr)
 	if rc, ok := parse(app, args); !ok {
 		return rc
 	}
 	defs, err := allDefs()
 	if err != nil {
-		fmt.Fprintln(stderr, "dra-exporter docs:", err)
+		fmt.Fprintln(stderr, prog+":", err)
 		return 1
 	}
 	_, err = io.WriteString(stdout, renderReference(defs))

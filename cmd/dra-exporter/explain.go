@@ -17,8 +17,8 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
-func explain(args []string, stdout, stderr io.Writer) int {
-	app := newApp("explain", "Walks the DRA decision tree for one pod and prints each link PASS/FAIL with its evidence. "+
+func explain(prog string, args []string, stdout, stderr io.Writer) int {
+	app := newApp(prog, "Walks the DRA decision tree for one pod and prints each link PASS/FAIL with its evidence. "+
 		"Without --from it reads the cluster (get and list only).", stdout, stderr)
 	from := app.Flag("from", "File of objects to read instead of the cluster (repeatable).").PlaceHolder("FILE").Strings()
 	kubeconfig := app.Flag("kubeconfig", "Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).").String()
@@ -37,7 +37,7 @@ func explain(args []string, stdout, stderr io.Writer) int {
 	}
 	now, err := parseNow(*nowFlag)
 	if err != nil {
-		fmt.Fprintln(stderr, "dra-exporter explain:", err)
+		fmt.Fprintln(stderr, prog+":", err)
 		return 2
 	}
 	clock := func() time.Time { return now }
@@ -46,7 +46,7 @@ func explain(args []string, stdout, stderr io.Writer) int {
 		built, problems, err := offline.Build(*from, cfg.trimmer(), cfg.indexConfig(clock, nil))
 		reportProblems(stderr, problems)
 		if err != nil {
-			fmt.Fprintln(stderr, "dra-exporter explain:", err)
+			fmt.Fprintln(stderr, prog+":", err)
 			return 1
 		}
 		ix = built
@@ -55,14 +55,14 @@ func explain(args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 		ix, err = readCluster(ctx, *kubeconfig, ns, name, cfg, clock)
 		if err != nil {
-			fmt.Fprintln(stderr, "dra-exporter explain:", err)
+			fmt.Fprintln(stderr, prog+":", err)
 			return 1
 		}
 	}
 	s := ix.Snapshot()
 	p := s.Pod(index.Key{Namespace: ns, Name: name})
 	if p == nil {
-		fmt.Fprintf(stderr, "dra-exporter explain: pod %s/%s not found, or it neither names a resource claim nor requests an extended resource\n", ns, name)
+		fmt.Fprintf(stderr, "%s: pod %s/%s not found, or it neither names a resource claim nor requests an extended resource\n", prog, ns, name)
 		return 1
 	}
 	if err := classify.Format(stdout, classify.Pod(s, p)); err != nil {

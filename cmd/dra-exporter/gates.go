@@ -45,8 +45,8 @@ type gatesFlags struct {
 	requireControl bool
 }
 
-func gates(args []string, stdout, stderr io.Writer) int {
-	app := newApp("gates", "Prints, per DRA pod of the canary, the evidence gates api (platform team), node (node/runtime owner) and "+
+func gates(prog string, args []string, stdout, stderr io.Writer) int {
+	app := newApp(prog, "Prints, per DRA pod of the canary, the evidence gates api (platform team), node (node/runtime owner) and "+
 		"workload (inference owner), PASS or FAIL with their evidence, the namespace's negative controls, and one verdict. "+
 		"Exit status: 0 every gate passed for the whole window and the negative controls held; 1 a gate or a control failed "+
 		"(the verdict names the first, and its owner); 2 usage; 3 the evidence could not be read.", stdout, stderr)
@@ -89,7 +89,7 @@ func gates(args []string, stdout, stderr io.Writer) int {
 		r, err = onlineGates(ctx, ns, sel, f)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "dra-exporter gates:", err)
+		fmt.Fprintln(stderr, prog+":", err)
 		return gatesError
 	}
 	r.RequireControl = f.requireControl

@@ -33,8 +33,8 @@ import (
 // empty store) and prints, for every GPU and MIG instance, each field as
 // the library answered it beside the agent's series and nvidia-smi's
 // figure; it exits 1 on a disagreement or when no source serves.
-func gpuCheck(args []string, stdout, stderr io.Writer) int {
-	app := newApp("gpu-check", "Reads this host's GPUs as the node agent does and prints each field's raw reading (DCGM where it serves, "+
+func gpuCheck(prog string, args []string, stdout, stderr io.Writer) int {
+	app := newApp(prog, "Reads this host's GPUs as the node agent does and prints each field's raw reading (DCGM where it serves, "+
 		"NVML otherwise) beside the agent's series and nvidia-smi's figures. Exits 1 on a disagreement.", stdout, stderr)
 	var gf gpuFlags
 	gf.register(app)

@@ -14,7 +14,7 @@ import (
 func runGPUCheck(t *testing.T, args ...string) (int, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	rc := gpuCheck(append([]string{"--reads=1", "--kubelet.pod-resources-socket="}, args...), &out, &errOut)
+	rc := gpuCheck("dra-exporter gpu-check", append([]string{"--reads=1", "--kubelet.pod-resources-socket="}, args...), &out, &errOut)
 	return rc, out.String() + errOut.String()
 }
 

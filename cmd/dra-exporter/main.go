@@ -20,7 +20,10 @@ import (
 // the function that parses its arguments and runs it.
 type command struct {
 	name, help string
-	run        func(args []string, stdout, stderr io.Writer) int
+	// run parses the arguments and runs the command; prog is how it was
+	// invoked ("dra-exporter gates", "kubectl dra gates"), for its help
+	// and its error messages.
+	run func(prog string, args []string, stdout, stderr io.Writer) int
 }
 
 // commands lists the binary's commands; serve is the default.
@@ -107,7 +110,7 @@ func dispatch(prog string, cmds []command, list func(io.Writer), name string, ar
 	}
 	for _, c := range cmds {
 		if c.name == name {
-			return c.run(args, stdout, stderr)
+			return c.run(prog+" "+c.name, args, stdout, stderr)
 		}
 	}
 	fmt.Fprintf(stderr, "%s: error: unknown command %q, try --help\n", prog, name)
@@ -132,8 +135,8 @@ func commandList(prog, help string, cmds []command, defaultCmd string) func(io.W
 	}
 }
 
-func versionCmd(args []string, stdout, stderr io.Writer) int {
-	app := newApp("version", "Prints the version, revision, branch, build user and date, and Go version of the binary.", stdout, stderr)
+func versionCmd(prog string, args []string, stdout, stderr io.Writer) int {
+	app := newApp(prog, "Prints the version, revision, branch, build user and date, and Go version of the binary.", stdout, stderr)
 	if rc, ok := parse(app, args); !ok {
 		return rc
 	}

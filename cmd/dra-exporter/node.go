@@ -108,9 +108,9 @@ func (f *nodeFlags) register(app *kingpin.Application) {
 	registerDevicePluginResources(app, &f.devicePlugin)
 }
 
-func node(args []string, stdout, stderr io.Writer) int {
+func node(prog string, args []string, stdout, stderr io.Writer) int {
 	cgo := map[bool]string{true: "available (cgo; the libraries load at run time)", false: "unavailable (built without cgo)"}[gpu.CGO]
-	app := newApp("node", "The node agent (one per GPU node): GPU telemetry (DCGM or NVML) joined to the pods, claims and ResourceSlice "+
+	app := newApp(prog, "The node agent (one per GPU node): GPU telemetry (DCGM or NVML) joined to the pods, claims and ResourceSlice "+
 		"devices that hold each GPU, from the kubelet's pod-resources API and node-scoped watches. This build: DCGM and NVML "+cgo+".", stdout, stderr)
 	var nf nodeFlags
 	nf.register(app)

@@ -22,7 +22,8 @@ func TestPluginName(t *testing.T) {
 }
 
 // TestPluginCommands: as kubectl-dra the binary answers explain, gates,
-// bundle and version, and refuses the exporter's own commands.
+// bundle and version, named as the user typed them, and refuses the
+// exporter's own commands.
 func TestPluginCommands(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -35,10 +36,12 @@ func TestPluginCommands(t *testing.T) {
 		{[]string{"serve"}, 2, `kubectl dra: error: unknown command "serve"`},
 		{[]string{"node"}, 2, `unknown command "node"`},
 		{[]string{"help", "node"}, 2, `unknown command "node"`},
-		{[]string{"gates", "-h"}, 0, "usage: dra-exporter gates [<flags>] NAMESPACE"},
-		{[]string{"help", "gates"}, 0, "usage: dra-exporter gates [<flags>] NAMESPACE"},
-		{[]string{"bundle", "-h"}, 0, "usage: dra-exporter bundle --output=FILE"},
-		{[]string{"explain", "--help"}, 0, "usage: dra-exporter explain [<flags>] NAMESPACE/POD"},
+		{[]string{"gates", "-h"}, 0, "usage: kubectl dra gates [<flags>] NAMESPACE"},
+		{[]string{"help", "gates"}, 0, "usage: kubectl dra gates [<flags>] NAMESPACE"},
+		{[]string{"gates"}, 2, "kubectl dra gates: error: required argument 'namespace' not provided"},
+		{[]string{"bundle", "-h"}, 0, "usage: kubectl dra bundle --output=FILE"},
+		{[]string{"explain", "--help"}, 0, "usage: kubectl dra explain [<flags>] NAMESPACE/POD"},
+		{[]string{"explain", "ns/pod", "--from", "/nonexistent/objects.yaml"}, 1, "kubectl dra explain: "},
 		{[]string{"version"}, 0, "dra-exporter, version"},
 	} {
 		var out, errOut bytes.Buffer

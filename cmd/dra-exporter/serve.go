@@ -22,8 +22,8 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/kube"
 )
 
-func serve(args []string, stdout, stderr io.Writer) int {
-	app := newApp("serve", "Watches DeviceClasses, ResourceSlices, ResourceClaims, DeviceTaintRules (where served), Pods, Nodes "+
+func serve(prog string, args []string, stdout, stderr io.Writer) int {
+	app := newApp(prog, "Watches DeviceClasses, ResourceSlices, ResourceClaims, DeviceTaintRules (where served), Pods, Nodes "+
 		"and Warning pod events (list and watch only) and serves the joined DRA metrics. "+
 		"Sharded (--total-shards > 1), every shard still watches all of them (verdicts need the whole cluster) but keeps "+
 		"only its namespaces' events and, except shard 0, other namespaces' pods without their statuses.", stdout, stderr)

@@ -13,8 +13,8 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/offline"
 )
 
-func snapshot(args []string, stdout, stderr io.Writer) int {
-	app := newApp("snapshot", "Prints the metrics the exporter would serve for the objects in the files (kubectl get -o yaml Lists, "+
+func snapshot(prog string, args []string, stdout, stderr io.Writer) int {
+	app := newApp(prog, "Prints the metrics the exporter would serve for the objects in the files (kubectl get -o yaml Lists, "+
 		"multi-document YAML or JSON), without latency histograms, process and self-metrics.", stdout, stderr)
 	from := app.Flag("from", "File of objects to read (repeatable).").Required().PlaceHolder("FILE").Strings()
 	nowFlag := app.Flag("now", "The time to evaluate at, RFC3339 (default: now). Grace periods count to it.").PlaceHolder("RFC3339").String()
@@ -25,25 +25,25 @@ func snapshot(args []string, stdout, stderr io.Writer) int {
 	}
 	now, err := parseNow(*nowFlag)
 	if err != nil {
-		fmt.Fprintln(stderr, "dra-exporter snapshot:", err)
+		fmt.Fprintln(stderr, prog+":", err)
 		return 2
 	}
 	collectors, err := cfg.collectors()
 	if err != nil {
-		fmt.Fprintln(stderr, "dra-exporter snapshot:", err)
+		fmt.Fprintln(stderr, prog+":", err)
 		return 2
 	}
 	clock := func() time.Time { return now }
 	ix, problems, err := offline.Build(*from, cfg.trimmer(), cfg.indexConfig(clock, nil))
 	reportProblems(stderr, problems)
 	if err != nil {
-		fmt.Fprintln(stderr, "dra-exporter snapshot:", err)
+		fmt.Fprintln(stderr, prog+":", err)
 		return 1
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	out, err := collector.Render(collector.NewExporter(ix, clock, false, logger, collectors...))
 	if err != nil {
-		fmt.Fprintln(stderr, "dra-exporter snapshot:", err)
+		fmt.Fprintln(stderr, prog+":", err)
 		return 1
 	}
 	if _, err := stdout.Write(out); err != nil {
