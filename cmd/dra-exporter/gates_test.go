@@ -768,3 +768,22 @@ func TestExitCodeTablesMatchCode(t *testing.T) {
 		}
 	}
 }
+
+// TestGatesFromListsSkipped: gates --from names every object it skipped
+// (file, document, item, kind), as snapshot and explain do, not only a
+// count.
+func TestGatesFromListsSkipped(t *testing.T) {
+	objects := onlyItems(t, readFile(t, gatesObjects), "llm-canary-ok", "control-holds")
+	extra := "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: llm-canary\n  namespace: llm-canary\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: model\n  namespace: llm-canary\n"
+	path := writeBundle(t, append(objects, []byte(extra)...), map[string][]byte{"gpu-node-1": readFile(t, gatesAgent)})
+	_, out, errOut := runGates(t, "llm-canary", "--from", path)
+	for _, want := range []string{
+		"skipped 2 objects of kinds dra-exporter does not use:\n",
+		"objects/objects.yaml: document 2 (Deployment llm-canary/llm-canary)\n",
+		"objects/objects.yaml: document 3 (ConfigMap llm-canary/model)\n",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s%s", want, errOut, out)
+		}
+	}
+}

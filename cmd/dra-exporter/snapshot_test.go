@@ -30,7 +30,7 @@ func TestSnapshotFailsWhenNothingIsRead(t *testing.T) {
 		{"malformed.json", `{"apiVersion": "v1", "kind": "List", "items": [`, "skipped: "},
 		{"empty-list.yaml", "apiVersion: v1\nkind: List\nitems: []\n", ""},
 		{"empty.yaml", "", ""},
-		{"unused-kinds.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: prod\n", "skipped 1 objects of kinds dra-exporter does not use"},
+		{"unused-kinds.yaml", "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: prod\n", "skipped 1 objects of kinds dra-exporter does not use:\n  " + dir + "/unused-kinds.yaml: document 1 (Deployment prod/web)\n"},
 	} {
 		path := write(tc.name, tc.content)
 		for _, args := range [][]string{
