@@ -241,6 +241,13 @@ func selectorNote(sel string) string {
 }
 
 func (r *gatesReport) writeJSON(w io.Writer) error {
+	// Empty lists, not null: a pipeline reads .pods | length.
+	if r.Pods == nil {
+		r.Pods = []podGates{}
+	}
+	if r.Controls == nil {
+		r.Controls = []controlReport{}
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)

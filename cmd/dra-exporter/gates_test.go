@@ -562,6 +562,9 @@ func TestGatesOfflineNeverPromotes(t *testing.T) {
 	}
 
 	// No pod at all: nothing to judge, no team to blame.
+	if _, js, _ := runGates(t, "empty", "--from", path, "-o", "json"); !strings.Contains(js, `"pods": []`) || !strings.Contains(js, `"outcome": "CANNOT_JUDGE"`) {
+		t.Errorf("an empty namespace, JSON:\n%s", js)
+	}
 	rc, out, _ = runGates(t, "empty", "--from", path)
 	if rc != gatesError || !strings.Contains(out, "Verdict: CANNOT_JUDGE: no DRA pod with gates in namespace empty: nothing to judge") || strings.Contains(out, "Owner:") {
 		t.Errorf("an empty namespace: exit %d, want %d, CANNOT_JUDGE and no owner:\n%s", rc, gatesError, out)
