@@ -220,7 +220,7 @@ func onlineGates(ctx context.Context, ns string, sel labels.Selector, f gatesFla
 		}
 		cs, why := classify.ControlStateOf(c.Reason)
 		c.State, c.Why = string(cs), why
-		if reason == "absent" {
+		if reason == gateAbsent {
 			c.State = string(classify.ControlBroken)
 		}
 		c.Holds = cs == classify.ControlHolds
@@ -397,7 +397,7 @@ func (s *stepHistory) record(i int, pass bool, reason string) {
 func (s *stepHistory) summary(steps int, rng promv1.Range) (state, reason string, whole bool, failed int, history string) {
 	at := func(i int) string { return rng.Start.Add(time.Duration(i) * rng.Step).UTC().Format("15:04:05") }
 	if s == nil || (len(s.pass) == 0 && len(s.fail) == 0) {
-		return stateFail, "absent", false, steps, "no series in the window (the pod is not bound, or no gate rule ran)"
+		return stateFail, gateAbsent, false, steps, "no series in the window (the pod is not bound, or no gate rule ran)"
 	}
 	last := steps - 1
 	switch {
@@ -406,7 +406,7 @@ func (s *stepHistory) summary(steps int, rng promv1.Range) (state, reason string
 	case s.pass[last]:
 		state = statePass
 	default:
-		state, reason = stateFail, "absent"
+		state, reason = stateFail, gateAbsent
 	}
 	first, lastFail, lastReason := -1, -1, ""
 	for i := 0; i < steps; i++ {

@@ -133,7 +133,7 @@ func offlineGates(ns string, sel labels.Selector, f gatesFlags, stderr io.Writer
 		pg := podGates{Namespace: ns, Pod: p.Key.Name, PodUID: string(p.UID), Node: p.Obj.Spec.NodeName}
 		pg.Gates = append(pg.Gates, gateReport{Gate: string(classify.GateAPI), Owner: classify.GateAPI.Owner(),
 			State: passFail(api.Pass), Reason: api.Reason, Evidence: api.Evidence})
-		node := gateReport{Gate: string(classify.GateNode), Owner: classify.GateNode.Owner(), State: stateFail, Reason: "absent",
+		node := gateReport{Gate: string(classify.GateNode), Owner: classify.GateNode.Owner(), State: stateFail, Reason: gateAbsent,
 			Evidence: []string{"the pod is not bound to a node"}}
 		if pg.Node != "" {
 			pass, reason, evidence := nodeGate(s, p, blocked[p.Key], agents[pg.Node])
