@@ -109,7 +109,7 @@ K8S_LDFLAGS := -s -w \
 $(CP_BIN)/.built: test/controlplane/go.mod test/controlplane/go.sum
 	@echo ">> building the control plane $(K8S_VERSION) (cold: 9-20 min on 2 cores)"
 	rm -rf $(CP_BIN).tmp && mkdir -p $(CP_BIN).tmp
-	cd test/controlplane && $(GO) build -ldflags '$(K8S_LDFLAGS)' -o $(CP_BIN).tmp/ \
+	cd test/controlplane && time $(GO) build -ldflags '$(K8S_LDFLAGS)' -o $(CP_BIN).tmp/ \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
 		k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubelet ./etcd
 	rm -rf $(CP_BIN) && mv $(CP_BIN).tmp $(CP_BIN) && touch $@
@@ -120,7 +120,7 @@ node-bins: $(CONTAINERD_BIN)/.built $(DRA_DRIVER) ## Build containerd, ctr, the 
 $(CONTAINERD_BIN)/.built: tools/containerd/go.mod tools/containerd/go.sum
 	@echo ">> building containerd $(CONTAINERD_VERSION) (cold: ~7 min)"
 	rm -rf $(CONTAINERD_BIN).tmp && mkdir -p $(CONTAINERD_BIN).tmp
-	cd tools/containerd && CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -tags 'no_btrfs no_devmapper no_zfs no_aufs' \
+	cd tools/containerd && time CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -tags 'no_btrfs no_devmapper no_zfs no_aufs' \
 		-o $(CONTAINERD_BIN).tmp/ github.com/containerd/containerd/v2/cmd/containerd \
 		github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr
 	rm -rf $(CONTAINERD_BIN) && mv $(CONTAINERD_BIN).tmp $(CONTAINERD_BIN) && touch $@
@@ -128,7 +128,7 @@ $(CONTAINERD_BIN)/.built: tools/containerd/go.mod tools/containerd/go.sum
 $(DRA_DRIVER): tools/draexample/go.mod tools/draexample/go.sum
 	@echo ">> building dra-example-driver $(DRAEX_VERSION) (cold: ~8 min)"
 	mkdir -p $(dir $@)
-	cd tools/draexample && $(GO) build -ldflags '-s -w' -o $@.tmp sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin
+	cd tools/draexample && time $(GO) build -ldflags '-s -w' -o $@.tmp sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin
 	mv $@.tmp $@
 
 # runc and the CNI plugins are Debian's packages (runc 1.1.5, plugins 1.1.1
@@ -154,16 +154,31 @@ tools: $(TOOLS_BIN)/.built ## Build prometheus and promtool (cached).
 $(TOOLS_BIN)/.built: tools/go.mod tools/go.sum
 	@echo ">> building prometheus and promtool $(PROM_VERSION) (cold: 5-13 min)"
 	rm -rf $(TOOLS_BIN).tmp && mkdir -p $(TOOLS_BIN).tmp
-	cd tools && $(GO) build -ldflags '-s -w' -o $(TOOLS_BIN).tmp/ \
+	cd tools && time $(GO) build -ldflags '-s -w' -o $(TOOLS_BIN).tmp/ \
 		github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 	rm -rf $(TOOLS_BIN) && mv $(TOOLS_BIN).tmp $(TOOLS_BIN) && touch $@
 
+# The packages whose tests need a tool build (the control plane, Prometheus,
+# promtool, helm); every other package's tests run beside those builds.
+TOOL_PKGS := ./cmd/dra-exporter/ ./internal/objects/ ./rules/ ./deploy/helm/ ./bench/... ./test/e2e/
+
 .PHONY: test
-test: build controlplane tools helm node-bins node-packages lint test-race image-test ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a real control plane, a real node and Prometheus.
+test: ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a real control plane, a real node and Prometheus.
+	@# Two lanes on two cores: the tool builds one after the other (each go build uses every core) beside
+	@# lint, the race and unit tests and the images, which need no tool; then the tests that need the tools.
 	@# promtool check/test rules run inside go test ./rules/ (TestPromtool*), with DRA_PROMTOOL set above.
+	$(MAKE) --no-print-directory -j2 test-lane-tools test-lane-unit
 	@# The real node's tests run after the others: both suites start a control plane, and two at once on 2 cores slow each other's timing.
-	$(GO) test -count=1 -timeout 40m $$($(GO) list ./... | grep -v '/test/nodee2e$$')
-	$(GO) test -count=1 -timeout 20m ./test/nodee2e/
+	time $(GO) test -count=1 -timeout 40m $(TOOL_PKGS)
+	time $(GO) test -count=1 -timeout 20m ./test/nodee2e/
+
+.PHONY: test-lane-tools test-lane-unit
+test-lane-tools:
+	$(MAKE) --no-print-directory -j1 controlplane tools helm node-bins
+
+test-lane-unit:
+	$(MAKE) --no-print-directory -j1 build node-packages lint test-race image-test
+	time $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e '/test/nodee2e$$' $(foreach p,$(TOOL_PKGS),-e '$(patsubst ./%/,/%$$,$(patsubst ./%/...,/%,$(p)))'))
 
 .PHONY: test-node
 test-node: build controlplane tools helm node-bins node-packages image ## Run only the real node's tests (test/nodee2e: kubelet, containerd, dra-example-driver).
@@ -186,7 +201,7 @@ helm: $(HELM) ## Build helm (cached); the chart tests find it through DRA_HELM.
 $(HELM): tools/helm/go.mod tools/helm/go.sum
 	@echo ">> building helm $(HELM_VERSION) (cold: ~4 min)"
 	mkdir -p $(dir $@)
-	cd tools/helm && $(GO) build -ldflags '-s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)' \
+	cd tools/helm && time $(GO) build -ldflags '-s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)' \
 		-o $@.tmp helm.sh/helm/v4/cmd/helm
 	mv $@.tmp $@
 
@@ -256,7 +271,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(CACHE)/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 
 $(STATICCHECK): tools/staticcheck/go.mod tools/staticcheck/go.sum
-	cd tools/staticcheck && $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
+	cd tools/staticcheck && time $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
 
 .PHONY: lint
 lint: $(STATICCHECK) ## gofmt, go vet, staticcheck (every module of the repository).

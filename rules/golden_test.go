@@ -259,6 +259,12 @@ func expectedGoldenAlerts(samples []sample) map[string]bool {
 			if v > 0 {
 				want[alertKey("DRADeviceClassSelectorErrors", "warning", map[string]string{"device_class": s.labels["device_class"]})] = true
 			}
+		case "dra_device_info":
+			// The scenarios run no node agent: every node that publishes
+			// a device with a GPU UUID is a GPU node without one.
+			if s.labels["gpu_uuid"] != "" && s.labels["node"] != "" {
+				want[alertKey("DRANodeAgentMissing", "warning", map[string]string{"node": s.labels["node"]})] = true
+			}
 		}
 	}
 	for class, total := range classTotal {

@@ -36,6 +36,7 @@ var vocabulary = newSet("namespace", "pod", "pod_uid", "claim", "request", "devi
 // Prometheus itself) that rules may group or match on.
 var upstreamLabels = newSet(
 	"instance", "job", "le", // Prometheus and histograms
+	"cluster",                                           // the external label of each cluster's Prometheus (cluster_test.go)
 	"operation_name", "method_name", "grpc_status_code", // kubelet
 	"error_type",      // NVIDIA DRA driver
 	"extension_point", // kube-scheduler

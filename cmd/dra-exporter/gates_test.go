@@ -433,7 +433,10 @@ func TestGatesFromPrometheus(t *testing.T) {
 	var served atomic.Pointer[[]byte]
 	pass := snapshotOf(onlyItems(t, all, "llm-canary-ok", "control-holds"))
 	served.Store(&pass)
-	exporter := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(*served.Load()) }))
+	exporter := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write(*served.Load())
+		_, _ = w.Write([]byte("dra_exporter_watch_healthy{resource=\"pods\"} 1\ndra_exporter_apiserver_up 1\ndra_exporter_verdicts_held 0\n"))
+	}))
 	defer exporter.Close()
 	agentText := readFile(t, gatesAgent)
 	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(agentText) }))

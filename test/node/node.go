@@ -450,6 +450,9 @@ func (n *Node) Slice(ctx context.Context) (*resourceapi.ResourceSlice, error) {
 	return nil, fmt.Errorf("no ResourceSlice of %s on %s", Driver, n.Name)
 }
 
+// KubeletLog is the kubelet's log file (every start appends to it).
+func (n *Node) KubeletLog() string { return filepath.Join(n.Dir, "logs", "kubelet.log") }
+
 // Logs returns the tail of each component's log, for a failing test.
 func (n *Node) Logs(lines int) string {
 	var b strings.Builder
