@@ -85,7 +85,7 @@ func TestGateReasonsDocumented(t *testing.T) {
 		return out
 	}
 	want := map[string][]string{
-		"api":      classify.APIGateReasons,
+		"api":      append(append([]string{}, classify.APIGateReasons...), ruleReasons("namespace_pod_gate:dra_pod_gate:status")...),
 		"node":     append(nodeGateReasons, ruleReasons("namespace_pod:dra_pod_gate_node:status")...),
 		"workload": append(workloadGateReasons, ruleReasons("namespace_pod:dra_pod_gate_workload:status")...),
 		"control":  classify.ControlReasons,

@@ -21,7 +21,11 @@ var nodeGateReasons = []string{nodePrepareFailed, nodeNotReady, nodeNoAgent, nod
 	nodeIsolationViolation, nodePreparedWithoutClaim, nodeBothLanes, nodeNotPrepared, nodeDeviceUnhealthy, nodeIsolationUnverified}
 
 // workloadGateReasons are the workload gate's reasons (rules/gates.yaml).
-var workloadGateReasons = []string{"not_ready", "no_gpu_activity", "no_gpu_telemetry"}
+var workloadGateReasons = []string{"not_ready", "activity_unattributed", "no_gpu_activity", "no_gpu_telemetry"}
+
+// gateExporterStale is the api gate's reason that rules/gates.yaml adds
+// while the exporter's evidence is not current.
+const gateExporterStale = "exporter_stale"
 
 type gateReasonDoc struct {
 	// gate is api, node, workload, any (gates' own) or control.
@@ -57,6 +61,9 @@ func gateReasonDocs() []gateReasonDoc {
 		gateReasonDoc{"api", classify.GateAllocationRetried, fmt.Sprintf("The scheduler failed to allocate the pod's claims %d times or more (FailedScheduling about claims).", classify.RepeatedAllocationFailures),
 			"Find why allocation failed (events), fix it, and recreate the canary: the event ages out with the API server's --event-ttl."},
 
+		gateReasonDoc{"api", gateExporterStale, "rules/gates.yaml: the exporter's evidence is not current (a watch is stale, verdicts are held through an API outage, or a freshness series is missing).",
+			"Check dra_exporter_watch_healthy and dra_exporter_apiserver_up: the gate passes again once the exporter is current (runbook DRAExporterWatchStale)."},
+
 		gateReasonDoc{"node", nodePrepareFailed, "The kubelet reported a DRA prepare failure (FailedPrepareDynamicResources).", "Read the event and the DRA driver's kubelet plugin logs on the node: it rejected the claim's configuration or could not prepare the device."},
 		gateReasonDoc{"node", nodeNotReady, "The pod's node is not Ready (kubelet down, node unreachable).", "Bring the node back, or drain it; the pod is rescheduled once evicted."},
 		gateReasonDoc{"node", nodeNoAgent, "No node agent serves the node (no dra_node_podresources_up for it).", "Run the node agent DaemonSet on the GPU nodes and let Prometheus scrape it."},
@@ -70,6 +77,8 @@ func gateReasonDocs() []gateReasonDoc {
 		gateReasonDoc{"node", nodeIsolationUnverified, "The agent cannot tell which pod runs a GPU process: its GPU source is down or the host's processes are not visible.", "Give the agent hostPID and a working GPU source (DCGM or NVML); see docs/node-agent.md."},
 
 		gateReasonDoc{"workload", "not_ready", "The pod's Ready condition is false.", "Check the readiness probe, the model load, storage and network of the workload."},
+		gateReasonDoc{"workload", "activity_unattributed", "dcgm-exporter shows activity on a GPU of a claim the pod shares: the pod's or its neighbour's, the gate cannot tell.",
+			"Give the canary a claim of its own, or run the node agent, which attributes a GPU's processes to pods."},
 		gateReasonDoc{"workload", "no_gpu_activity", "GPU telemetry covers a GPU the pod holds, but the pod did no GPU work on it over the window.", "Check that the workload uses the allocated GPU (CUDA_VISIBLE_DEVICES, the framework's device), and send it traffic."},
 		gateReasonDoc{"workload", "no_gpu_telemetry", "No GPU telemetry covers the pod's GPUs (no node agent GPU series, no dcgm-exporter join).", "Run the node agent with a GPU source, or dcgm-exporter with the rules of rules/gpu.yaml."},
 
