@@ -22,7 +22,7 @@ var (
 	negativeControl = newDef("dra_negative_control", typeGauge,
 		"A pod marked as a negative control: 1 while it stays Pending because no device can match it, 0 once it does not.",
 		"namespace", "pod", "pod_uid", "claim", "node", "device", "reason").
-		doc("Pods carrying the label of --gates.negative-control-label. Holding (1), reason is the decision tree's: selector_matches_nothing, no_devices_for_class or device_class_not_found. Broken (0): allocated (a claim of the control got a device: claim, node and device name it), started (a container ran), matches_devices (Pending only because the matching devices are taken), not_evaluated (no claim yet, scheduling gates, or the scheduler has not tried it). One series per control pod, finished ones included.")
+		doc("Pods carrying the label of --gates.negative-control-label. Holding (1): selector_matches_nothing, the decision tree's reason when the control's own selectors or capacity requests exclude every device of its class, which is what proves the boundary. Invalid (0): device_class_not_found or no_devices_for_class, a control that could get no device whatever its selectors, which proves nothing. Broken (0): allocated (a claim of the control got a device: claim, node and device name it), started (a container ran), matches_devices (Pending only because the matching devices are taken), not_evaluated (no claim yet, scheduling gates, or the scheduler has not tried it). One series per control pod, finished ones included.")
 )
 
 // ControlLabel marks negative controls: pods whose label Key has Value.

@@ -37,7 +37,7 @@ var gpuOperatorKinds = []string{"clusterpolicies", "gpuclusters", "nvidiadrivers
 
 type bundleFlags struct {
 	out           string
-	kubeconfig    string
+	kube          kubeTarget
 	timeout       time.Duration
 	agentSelector string
 	agentPort     string
@@ -52,7 +52,7 @@ func bundleCmd(prog string, args []string, stdout, stderr io.Writer) int {
 		"every node agent's /metrics with a GPU inventory. snapshot, explain and gates read it with --from.", stdout, stderr)
 	var f bundleFlags
 	app.Flag("output", "The bundle file to write (.tar.gz); - writes to standard output.").Short('o').Required().PlaceHolder("FILE").StringVar(&f.out)
-	app.Flag("kubeconfig", "Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).").StringVar(&f.kubeconfig)
+	kubeconfig, kubeContext := registerKubeconfig(app), registerContext(app)
 	app.Flag("timeout", "Time allowed for the whole collection.").Default("2m").DurationVar(&f.timeout)
 	app.Flag("agent.selector", "Label selector of the node agent pods (every namespace) whose /metrics are saved; empty reads none.").
 		Default("app.kubernetes.io/name=dra-exporter,app.kubernetes.io/component=node-agent").StringVar(&f.agentSelector)
@@ -63,13 +63,14 @@ func bundleCmd(prog string, args []string, stdout, stderr io.Writer) int {
 	if rc, ok := parse(app, args); !ok {
 		return rc
 	}
+	f.kube = kubeTarget{*kubeconfig, *kubeContext}
 	if f.out == "" {
 		app.Errorf("-o FILE is required, try --help")
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
-	rc, err := kube.RESTConfig(f.kubeconfig)
+	rc, err := kube.RESTConfig(f.kube.kubeconfig, f.kube.context)
 	if err != nil {
 		fmt.Fprintln(stderr, prog+":", err)
 		return 1

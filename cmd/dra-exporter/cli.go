@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kingpin/v2"
+	"github.com/prometheus/common/version"
 )
 
 // Each command parses its arguments with a kingpin Application of its own
@@ -22,6 +23,7 @@ import (
 func newApp(prog, help string, stdout, stderr io.Writer) *kingpin.Application {
 	app := kingpin.New(prog, help).UsageWriter(stdout).ErrorWriter(stderr)
 	app.HelpFlag.Short('h')
+	app.Version(version.Print("dra-exporter"))
 	return app
 }
 

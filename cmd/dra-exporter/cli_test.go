@@ -75,7 +75,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"node", "--gpu.source=cuda"}, "enum value must be one of auto,dcgm,nvml,recorded,none, got 'cuda'"},
 		{[]string{"snapshot"}, "required flag(s) '--from' not provided"},
 		{[]string{"explain"}, "required argument 'namespace/pod' not provided"},
-		{[]string{"explain", "no-slash"}, `want NAMESPACE/POD, got "no-slash"`},
+		{[]string{"explain", "no-slash"}, `want NAMESPACE/POD (or POD with -n NAMESPACE), got "no-slash"`},
 		{[]string{"bundle"}, "required flag(s) '--output' not provided"},
 		{[]string{"bundle", "-o", "x.tar.gz", "--agent.access=ssh"}, "enum value must be one of auto,proxy,direct"},
 		{[]string{"version", "extra"}, "unexpected extra"},

@@ -107,6 +107,8 @@ func renderReference(defs []*collector.Def) string {
 	b.WriteString("| `stage` of `dra_pod_startup_duration_seconds` | `claim_created`, `allocated`, `bound`, `started`, `ready` |\n")
 	b.WriteString("| `resource` of self-metrics | `deviceclasses`, `resourceslices`, `resourceclaims`, `pods`, `nodes`, `events`, `devicetaintrules` (where served) |\n")
 
+	b.WriteString(renderGateReasons())
+
 	b.WriteString("\n## Cardinality\n\n")
 	b.WriteString("| Family | Series |\n|---|---|\n")
 	b.WriteString("| `dra_device_info`, `dra_device_memory_bytes` | one per published device |\n")

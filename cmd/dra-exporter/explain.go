@@ -17,28 +17,53 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 
+// Exit codes of the explain command.
+const (
+	// explainReady: the pod is Ready, or a negative control holds.
+	explainReady = 0
+	// explainBlocked: the pod is not Ready (blocked, waiting, not a DRA
+	// pod), or a negative control is broken or invalid.
+	explainBlocked = 1
+	explainUsage   = 2
+	// explainUnreadable: the cluster or the files could not be read, or
+	// the pod is not there.
+	explainUnreadable = 3
+)
+
 func explain(prog string, args []string, stdout, stderr io.Writer) int {
-	app := newApp(prog, "Walks the DRA decision tree for one pod and prints each link PASS/FAIL with its evidence. "+
-		"Without --from it reads the cluster (get and list only).", stdout, stderr)
+	app := newApp(prog, "Walks the DRA decision tree for one pod and prints each link PASS/FAIL with its evidence; a negative control "+
+		"(--gates.negative-control-label) is judged as one: HOLDS, BROKEN or INVALID, as gates judges it. "+
+		"Without --from it reads the cluster (get and list only). "+exitHelp(explainExitCodes), stdout, stderr)
 	from := app.Flag("from", "File of objects to read instead of the cluster (repeatable).").PlaceHolder("FILE").Strings()
-	kubeconfig := app.Flag("kubeconfig", "Path to a kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster).").String()
+	kubeconfig := registerKubeconfig(app)
+	kubeContext := registerContext(app)
 	nowFlag := app.Flag("now", "The time to evaluate at, RFC3339 (default: now).").PlaceHolder("RFC3339").String()
 	timeout := app.Flag("timeout", "Time allowed for reading the cluster.").Default("1m").Duration()
+	output := app.Flag("output", "Output: text or json.").Short('o').Default("text").Enum("text", "json")
 	var cfg config
 	cfg.register(app)
-	target := app.Arg("namespace/pod", "The pod to explain.").Required().PlaceHolder("NAMESPACE/POD").String()
+	target := app.Arg("namespace/pod", "The pod to explain (NAMESPACE/POD, or POD with -n).").Required().PlaceHolder("NAMESPACE/POD").String()
+	nsFlag := registerNamespace(app)
 	if rc, ok := parse(app, args); !ok {
 		return rc
 	}
 	ns, name, ok := strings.Cut(*target, "/")
-	if !ok || ns == "" || name == "" {
-		app.Errorf("want NAMESPACE/POD, got %q, try --help", *target)
-		return 2
+	if !ok && *nsFlag != "" {
+		ns, name, ok = *nsFlag, *target, true
+	}
+	if !ok || ns == "" || name == "" || (*nsFlag != "" && ns != *nsFlag) {
+		app.Errorf("want NAMESPACE/POD (or POD with -n NAMESPACE), got %q, try --help", *target)
+		return explainUsage
 	}
 	now, err := parseNow(*nowFlag)
 	if err != nil {
 		fmt.Fprintln(stderr, prog+":", err)
-		return 2
+		return explainUsage
+	}
+	control, err := cfg.controlLabel()
+	if err != nil {
+		app.Errorf("%v, try --help", err)
+		return explainUsage
 	}
 	clock := func() time.Time { return now }
 	var ix *index.Index
@@ -47,26 +72,34 @@ func explain(prog string, args []string, stdout, stderr io.Writer) int {
 		reportProblems(stderr, problems)
 		if err != nil {
 			fmt.Fprintln(stderr, prog+":", err)
-			return 1
+			return explainUnreadable
 		}
 		ix = built
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 		defer cancel()
-		ix, err = readCluster(ctx, *kubeconfig, ns, name, cfg, clock)
+		ix, err = readCluster(ctx, kubeTarget{*kubeconfig, *kubeContext}, ns, name, cfg, clock)
 		if err != nil {
 			fmt.Fprintln(stderr, prog+":", err)
-			return 1
+			return explainUnreadable
 		}
 	}
 	s := ix.Snapshot()
 	p := s.Pod(index.Key{Namespace: ns, Name: name})
 	if p == nil {
 		fmt.Fprintf(stderr, "%s: pod %s/%s not found, or it neither names a resource claim nor requests an extended resource\n", prog, ns, name)
-		return 1
+		return explainUnreadable
 	}
-	if err := classify.Format(stdout, classify.Pod(s, p)); err != nil {
-		return 1
+	r := explainReport{verdict: classify.Pod(s, p)}
+	if control.Matches(p) {
+		// The exporter's dra_negative_control and gates judge a control
+		// from the tree's verdict when it is blocked.
+		var blocked *classify.Verdict
+		if r.verdict.Blocked {
+			blocked = &r.verdict
+		}
+		c := classify.NegativeControl(s, p, blocked, true)
+		r.control = &c
 	}
 	// Leaks that name this pod (one line a claim and reason, not a device).
 	seen := map[string]bool{}
@@ -74,21 +107,30 @@ func explain(prog string, args []string, stdout, stderr io.Writer) int {
 		if l.Claim.Key.Namespace != p.Key.Namespace || (l.PodUID != p.UID && l.Pod != p.Key.Name) {
 			continue
 		}
-		line := fmt.Sprintf("Leak: claim %s %s: %s", l.Claim.Key, l.Reason, l.Detail)
+		line := fmt.Sprintf("claim %s %s: %s", l.Claim.Key, l.Reason, l.Detail)
 		if !seen[line] {
 			seen[line] = true
-			fmt.Fprintln(stdout, line)
+			r.leaks = append(r.leaks, explainLeak{Claim: l.Claim.Key.Name, Reason: string(l.Reason), Detail: l.Detail})
 		}
 	}
-	return 0
+	if *output == "json" {
+		err = r.writeJSON(stdout)
+	} else {
+		err = r.writeText(stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, prog+":", err)
+		return explainUnreadable
+	}
+	return r.exitCode()
 }
 
 // readCluster lists what the tree reads for one pod: every class, slice and
 // claim (claims of other namespaces hold devices too), the pod's namespace
 // (all pods when it requests extended resources, for device-plugin
 // capacity), nodes, and the pod's Warning events.
-func readCluster(ctx context.Context, kubeconfig, ns, name string, cfg config, now func() time.Time) (*index.Index, error) {
-	client, err := kubeClient(kubeconfig)
+func readCluster(ctx context.Context, kt kubeTarget, ns, name string, cfg config, now func() time.Time) (*index.Index, error) {
+	client, err := kubeClient(kt)
 	if err != nil {
 		return nil, err
 	}

@@ -13,10 +13,8 @@ import (
 	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
-	"github.com/dra-exporter/dra-exporter/internal/kube"
 )
 
 // Exit codes of the gates command: a pipeline tells a failed gate from a
@@ -25,7 +23,12 @@ const (
 	gatesPass  = 0
 	gatesFail  = 1
 	gatesUsage = 2
+	// gatesError: the evidence could not be read, or cannot be judged (no
+	// pod, a Prometheus that does not evaluate rules/gates.yaml).
 	gatesError = 3
+	// gatesPartial: every gate evaluated passed, some were not evaluated
+	// (gates --from: the workload gate needs Prometheus).
+	gatesPartial = 4
 )
 
 // gateSeries is the recording rule that holds the three gates
@@ -40,7 +43,7 @@ type gatesFlags struct {
 	step           time.Duration
 	output         string
 	from           []string
-	kubeconfig     string
+	kube           kubeTarget
 	timeout        time.Duration
 	requireControl bool
 }
@@ -48,8 +51,7 @@ type gatesFlags struct {
 func gates(prog string, args []string, stdout, stderr io.Writer) int {
 	app := newApp(prog, "Prints, per DRA pod of the canary, the evidence gates api (platform team), node (node/runtime owner) and "+
 		"workload (inference owner), PASS or FAIL with their evidence, the namespace's negative controls, and one verdict. "+
-		"Exit status: 0 every gate passed for the whole window and the negative controls held; 1 a gate or a control failed "+
-		"(the verdict names the first, and its owner); 2 usage; 3 the evidence could not be read.", stdout, stderr)
+		exitHelp(gatesExitCodes), stdout, stderr)
 	var f gatesFlags
 	app.Flag("selector", "Label selector of the canary's pods (reads the pods from the API server, get and list only); default every DRA pod of the namespace.").
 		Short('l').PlaceHolder("SELECTOR").StringVar(&f.selector)
@@ -61,15 +63,27 @@ func gates(prog string, args []string, stdout, stderr io.Writer) int {
 	app.Flag("output", "Output: text or json.").Short('o').Default("text").EnumVar(&f.output, "text", "json")
 	app.Flag("from", "An evidence bundle (dra-exporter bundle) to evaluate instead of Prometheus: gates api and node from its objects and agents (repeatable; object files too).").
 		PlaceHolder("BUNDLE").StringsVar(&f.from)
-	app.Flag("kubeconfig", "Path to a kubeconfig, for -l (default: $KUBECONFIG, ~/.kube/config, or in-cluster).").StringVar(&f.kubeconfig)
+	kubeconfig, kubeContext := registerKubeconfig(app), registerContext(app)
 	app.Flag("timeout", "Time allowed for the queries.").Default("1m").DurationVar(&f.timeout)
 	app.Flag("require-negative-control", "The verdict needs a negative control in the namespace that held (the article's order: three PASSes and a negative control).").
 		Default("true").BoolVar(&f.requireControl)
 	f.cfg.register(app)
 	var ns string
-	app.Arg("namespace", "The canary's namespace.").Required().PlaceHolder("NAMESPACE").StringVar(&ns)
+	app.Arg("namespace", "The canary's namespace (or -n).").PlaceHolder("NAMESPACE").StringVar(&ns)
+	nsFlag := registerNamespace(app)
 	if rc, ok := parse(app, args); !ok {
 		return rc // gatesPass after the help, gatesUsage
+	}
+	f.kube = kubeTarget{*kubeconfig, *kubeContext}
+	switch {
+	case ns == "" && *nsFlag == "":
+		app.Errorf("the canary's namespace is required: NAMESPACE or -n NAMESPACE, try --help")
+		return gatesUsage
+	case ns == "":
+		ns = *nsFlag
+	case *nsFlag != "" && *nsFlag != ns:
+		app.Errorf("namespace %q and -n %q differ, try --help", ns, *nsFlag)
+		return gatesUsage
 	}
 	if f.window <= 0 || f.step < 0 {
 		app.Errorf("--window must be positive and --step not negative, try --help")
@@ -102,19 +116,16 @@ func gates(prog string, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return gatesError
 	}
-	if r.Verdict.Pass {
-		return gatesPass
-	}
-	return gatesFail
+	return gatesExit[r.Verdict.Outcome]
 }
 
 // podsMatching returns the UIDs of the namespace's pods the selector
 // matches, from the API server; nil when the selector is empty.
-func podsMatching(ctx context.Context, kubeconfig, ns string, sel labels.Selector) (map[string]bool, error) {
+func podsMatching(ctx context.Context, kt kubeTarget, ns string, sel labels.Selector) (map[string]bool, error) {
 	if sel.Empty() {
 		return nil, nil
 	}
-	client, err := kubeClient(kubeconfig)
+	client, err := kubeClient(kt)
 	if err != nil {
 		return nil, err
 	}
@@ -129,23 +140,9 @@ func podsMatching(ctx context.Context, kubeconfig, ns string, sel labels.Selecto
 	return out, nil
 }
 
-// kubeClient is a client of the kubeconfig's cluster (get and list are all
-// the commands that read the cluster ask of it).
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
-	rc, err := kube.RESTConfig(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return client, nil
-}
-
 // onlineGates reads the gates from Prometheus.
 func onlineGates(ctx context.Context, ns string, sel labels.Selector, f gatesFlags) (*gatesReport, error) {
-	uids, err := podsMatching(ctx, f.kubeconfig, ns, sel)
+	uids, err := podsMatching(ctx, f.kube, ns, sel)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +150,7 @@ func onlineGates(ctx context.Context, ns string, sel labels.Selector, f gatesFla
 	if err != nil {
 		return nil, fmt.Errorf("--prometheus.url: %w", err)
 	}
-	q := promQuerier{api: promv1.NewAPI(client), end: time.Now(), ns: ns}
+	q := promQuerier{url: f.prometheusURL, api: promv1.NewAPI(client), end: time.Now(), ns: ns}
 	step := f.step
 	if step == 0 {
 		step = max(f.window/30, time.Second).Truncate(time.Second)
@@ -165,6 +162,21 @@ func onlineGates(ctx context.Context, ns string, sel labels.Selector, f gatesFla
 		r.Selector = sel.String()
 	}
 
+	if uids != nil && len(uids) == 0 {
+		r.noPodHint = fmt.Sprintf(" (the API server has no pod in namespace %s matching %s)", ns, sel)
+		return r, nil
+	}
+	judge, err := q.canJudge(ctx, f.window)
+	if err != nil {
+		return nil, err
+	}
+	if judge.problem != "" {
+		r.cannotJudge = judge.problem
+		return r, nil
+	}
+	if !judge.raw {
+		r.noPodHint = fmt.Sprintf(" (Prometheus has no dra_pod_gate of namespace %s in the window: no DRA pod runs there, or the exporter is not scraped)", ns)
+	}
 	gateHist, err := q.history(ctx, gateSeries)
 	if err != nil {
 		return nil, err
@@ -182,7 +194,9 @@ func onlineGates(ctx context.Context, ns string, sel labels.Selector, f gatesFla
 		for _, g := range classify.Gates {
 			h := p.gates[string(g)]
 			gr := gateReport{Gate: string(g), Owner: g.Owner()}
-			gr.State, gr.Reason, gr.PassedWindow, gr.Failed, gr.History = h.summary(steps, q.rng)
+			var whole bool
+			gr.State, gr.Reason, whole, gr.Failed, gr.History = h.summary(steps, q.rng)
+			gr.PassedWindow = &whole
 			gr.Evidence = ev.forGate(g, uid)
 			if gr.State == stateFail && g != classify.GateWorkload {
 				gr.Evidence = append(gr.Evidence, fmt.Sprintf("kubectl dra explain %s/%s prints every link with the components' own messages", ns, p.pod))
@@ -199,11 +213,17 @@ func onlineGates(ctx context.Context, ns string, sel labels.Selector, f gatesFla
 		p := controls.pods[uid]
 		h := p.gates[""]
 		state, reason, held, _, history := h.summary(steps, q.rng)
-		c := controlReport{Namespace: ns, Pod: p.pod, PodUID: uid, Holds: state == statePass, HeldWindow: held, Reason: reason, History: history,
+		c := controlReport{Namespace: ns, Pod: p.pod, PodUID: uid, Holds: state == statePass, HeldWindow: &held, Reason: reason, History: history,
 			Claim: p.last["claim"], Node: p.last["node"], Device: p.last["device"]}
 		if c.Holds {
 			c.Reason = p.last["reason"]
 		}
+		cs, why := classify.ControlStateOf(c.Reason)
+		c.State, c.Why = string(cs), why
+		if reason == gateAbsent {
+			c.State = string(classify.ControlBroken)
+		}
+		c.Holds = cs == classify.ControlHolds
 		if c.Device != "" {
 			c.Evidence = append(c.Evidence, fmt.Sprintf("claim %s was allocated device %s on node %s", c.Claim, c.Device, c.Node))
 		}
@@ -212,7 +232,63 @@ func onlineGates(ctx context.Context, ns string, sel labels.Selector, f gatesFla
 	return r, nil
 }
 
+// judgement is whether the Prometheus asked can judge the gates.
+type judgement struct {
+	// problem says why it cannot; empty when it can.
+	problem string
+	// raw: the exporter's dra_pod_gate of the namespace is there.
+	raw bool
+}
+
+// canJudge checks that the Prometheus evaluates rules/gates.yaml: its
+// rules API lists the recording rule of the gates, healthy, or the
+// recorded series are there (a ruler beside a querier records them while
+// the querier lists no rule). The exporter's own series present and the
+// recorded ones absent say the same without the rules API.
+func (q promQuerier) canJudge(ctx context.Context, window time.Duration) (judgement, error) {
+	w := model.Duration(window).String()
+	count := func(name string) (bool, error) {
+		v, err := q.instant(ctx, fmt.Sprintf("count(last_over_time(%s{namespace=%q}[%s]))", name, q.ns, w))
+		return len(v) > 0 && v[0].Value > 0, err
+	}
+	var j judgement
+	var err error
+	if j.raw, err = count("dra_pod_gate"); err != nil {
+		return j, err
+	}
+	recorded, err := count(gateSeries)
+	if err != nil {
+		return j, err
+	}
+	listed, why := false, ""
+	if rules, err := q.api.Rules(ctx, nil); err == nil {
+		for _, g := range rules.Groups {
+			for _, rule := range g.Rules {
+				rr, ok := rule.(promv1.RecordingRule)
+				if !ok || rr.Name != gateSeries {
+					continue
+				}
+				listed = true
+				if rr.Health == promv1.RuleHealthBad {
+					why = fmt.Sprintf("its recording rule %s (group %s) fails: %s", gateSeries, g.Name, rr.LastError)
+				}
+			}
+		}
+		if !listed && !recorded {
+			why = fmt.Sprintf("its rules API lists no recording rule %s and no such series is recorded", gateSeries)
+		}
+	}
+	if why == "" && j.raw && !recorded {
+		why = fmt.Sprintf("it has the exporter's dra_pod_gate of namespace %s but no %s in the window", q.ns, gateSeries)
+	}
+	if why != "" {
+		j.problem = fmt.Sprintf("Prometheus at %s does not evaluate rules/gates.yaml (%s): load the rules (the chart's PrometheusRule, selected by the Prometheus' ruleSelector), then ask again", q.url, why)
+	}
+	return j, nil
+}
+
 type promQuerier struct {
+	url string
 	api promv1.API
 	ns  string
 	end time.Time
@@ -321,7 +397,7 @@ func (s *stepHistory) record(i int, pass bool, reason string) {
 func (s *stepHistory) summary(steps int, rng promv1.Range) (state, reason string, whole bool, failed int, history string) {
 	at := func(i int) string { return rng.Start.Add(time.Duration(i) * rng.Step).UTC().Format("15:04:05") }
 	if s == nil || (len(s.pass) == 0 && len(s.fail) == 0) {
-		return stateFail, "absent", false, steps, "no series in the window (the pod is not bound, or no gate rule ran)"
+		return stateFail, gateAbsent, false, steps, "no series in the window (the pod is not bound, or no gate rule ran)"
 	}
 	last := steps - 1
 	switch {
@@ -330,7 +406,7 @@ func (s *stepHistory) summary(steps int, rng promv1.Range) (state, reason string
 	case s.pass[last]:
 		state = statePass
 	default:
-		state, reason = stateFail, "absent"
+		state, reason = stateFail, gateAbsent
 	}
 	first, lastFail, lastReason := -1, -1, ""
 	for i := 0; i < steps; i++ {

@@ -122,8 +122,8 @@ func offlineGates(ns string, sel labels.Selector, f gatesFlags, stderr io.Writer
 				continue
 			}
 			c := classify.NegativeControl(s, p, blocked[p.Key], true)
-			r.Controls = append(r.Controls, controlReport{Namespace: ns, Pod: p.Key.Name, PodUID: string(p.UID), Holds: c.Holds, HeldWindow: c.Holds,
-				Reason: c.Reason, Claim: c.Claim, Node: c.Node, Device: c.Device, Evidence: c.Evidence})
+			r.Controls = append(r.Controls, controlReport{Namespace: ns, Pod: p.Key.Name, PodUID: string(p.UID), State: string(c.State), Holds: c.Holds,
+				Reason: c.Reason, Why: c.Why, Claim: c.Claim, Node: c.Node, Device: c.Device, Evidence: c.Evidence})
 			continue
 		}
 		if p.Terminal() || p.Obj.DeletionTimestamp != nil || !sel.Matches(labels.Set(p.Obj.Labels)) {
@@ -132,12 +132,12 @@ func offlineGates(ns string, sel labels.Selector, f gatesFlags, stderr io.Writer
 		api := classify.APIGate(s, p, blocked[p.Key], true)
 		pg := podGates{Namespace: ns, Pod: p.Key.Name, PodUID: string(p.UID), Node: p.Obj.Spec.NodeName}
 		pg.Gates = append(pg.Gates, gateReport{Gate: string(classify.GateAPI), Owner: classify.GateAPI.Owner(),
-			State: passFail(api.Pass), Reason: api.Reason, PassedWindow: api.Pass, Evidence: api.Evidence})
-		node := gateReport{Gate: string(classify.GateNode), Owner: classify.GateNode.Owner(), State: stateFail, Reason: "absent",
+			State: passFail(api.Pass), Reason: api.Reason, Evidence: api.Evidence})
+		node := gateReport{Gate: string(classify.GateNode), Owner: classify.GateNode.Owner(), State: stateFail, Reason: gateAbsent,
 			Evidence: []string{"the pod is not bound to a node"}}
 		if pg.Node != "" {
 			pass, reason, evidence := nodeGate(s, p, blocked[p.Key], agents[pg.Node])
-			node = gateReport{Gate: node.Gate, Owner: node.Owner, State: passFail(pass), Reason: reason, PassedWindow: pass, Evidence: evidence}
+			node = gateReport{Gate: node.Gate, Owner: node.Owner, State: passFail(pass), Reason: reason, Evidence: evidence}
 		}
 		pg.Gates = append(pg.Gates, node,
 			gateReport{Gate: string(classify.GateWorkload), Owner: classify.GateWorkload.Owner(), State: stateNotEvaluated,

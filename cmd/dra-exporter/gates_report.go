@@ -15,12 +15,29 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 )
 
-// Gate states in the report.
+// Gate states in the report, identifiers in text and JSON alike.
 const (
 	statePass         = "PASS"
 	stateFail         = "FAIL"
-	stateNotEvaluated = "NOT EVALUATED"
+	stateNotEvaluated = "NOT_EVALUATED"
 )
+
+// The verdict's outcomes. PARTIAL and CANNOT_JUDGE are never a pass: a
+// pipeline that promotes on exit 0 promotes only on PASS.
+const (
+	outcomePass        = "PASS"
+	outcomeFail        = "FAIL"
+	outcomePartial     = "PARTIAL"
+	outcomeCannotJudge = "CANNOT_JUDGE"
+)
+
+// gatesExit is the exit status of each outcome.
+var gatesExit = map[string]int{
+	outcomePass:        gatesPass,
+	outcomeFail:        gatesFail,
+	outcomePartial:     gatesPartial,
+	outcomeCannotJudge: gatesError,
+}
 
 type gatesReport struct {
 	Namespace string `json:"namespace"`
@@ -37,6 +54,11 @@ type gatesReport struct {
 	// RequireControl: the verdict needs a negative control that held.
 	RequireControl bool          `json:"requireNegativeControl"`
 	Verdict        verdictReport `json:"verdict"`
+	// cannotJudge says why the evidence cannot be judged (a Prometheus
+	// that does not evaluate rules/gates.yaml); empty when it can.
+	cannotJudge string
+	// noPodHint follows the summary of a namespace without a pod to judge.
+	noPodHint string
 }
 
 type podGates struct {
@@ -53,9 +75,9 @@ type gateReport struct {
 	// State is the gate now: PASS, FAIL, or NOT EVALUATED.
 	State  string `json:"state"`
 	Reason string `json:"reason,omitempty"`
-	// PassedWindow: the gate passed at every evaluation of the window
-	// (offline: now).
-	PassedWindow bool `json:"passedWindow"`
+	// PassedWindow: the gate passed at every evaluation of the window;
+	// nil where there was no window (offline).
+	PassedWindow *bool `json:"passedWindow,omitempty"`
 	// Failed counts the evaluations of the window at which the gate failed
 	// or was absent.
 	Failed int `json:"failedEvaluations,omitempty"`
@@ -65,24 +87,36 @@ type gateReport struct {
 }
 
 type controlReport struct {
-	Namespace  string   `json:"namespace"`
-	Pod        string   `json:"pod"`
-	PodUID     string   `json:"podUID"`
-	Holds      bool     `json:"holds"`
-	HeldWindow bool     `json:"heldWindow"`
-	Reason     string   `json:"reason"`
-	Claim      string   `json:"claim,omitempty"`
-	Node       string   `json:"node,omitempty"`
-	Device     string   `json:"device,omitempty"`
-	History    string   `json:"history,omitempty"`
-	Evidence   []string `json:"evidence,omitempty"`
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	PodUID    string `json:"podUID"`
+	// State is HOLDS, BROKEN or INVALID (controlState).
+	State string `json:"state"`
+	Holds bool   `json:"holds"`
+	// HeldWindow: the control held at every evaluation of the window; nil
+	// where there was no window (offline).
+	HeldWindow *bool  `json:"heldWindow,omitempty"`
+	Reason     string `json:"reason"`
+	// Why says, for an invalid control, what keeps it from proving the
+	// boundary.
+	Why      string   `json:"why,omitempty"`
+	Claim    string   `json:"claim,omitempty"`
+	Node     string   `json:"node,omitempty"`
+	Device   string   `json:"device,omitempty"`
+	History  string   `json:"history,omitempty"`
+	Evidence []string `json:"evidence,omitempty"`
 }
 
 type verdictReport struct {
-	Pass bool `json:"pass"`
+	// Outcome is PASS, FAIL, PARTIAL (every gate evaluated passed, some
+	// could not be evaluated: offline, the workload gate) or CANNOT_JUDGE
+	// (the evidence to judge by is missing: no pod, or a Prometheus that
+	// does not evaluate rules/gates.yaml). Pass is Outcome == PASS.
+	Outcome string `json:"outcome"`
+	Pass    bool   `json:"pass"`
 	// Gate and Owner name the first failing gate (in the order api, node,
 	// workload) and its owner; a failing negative control is the api
-	// gate's platform team.
+	// gate's platform team. PARTIAL and CANNOT_JUDGE name none.
 	Gate    string `json:"gate,omitempty"`
 	Owner   string `json:"owner,omitempty"`
 	Summary string `json:"summary"`
@@ -90,16 +124,23 @@ type verdictReport struct {
 	Also []string `json:"also,omitempty"`
 }
 
-// decide sets the verdict: PASS only when every gate of every pod passed
-// for the whole window (NOT EVALUATED gates, offline, are not counted) and
-// every negative control held, with at least one when required. A FAIL
-// names one cause and its owner, the most pressing first: a gate failing
-// now (in the order api, node, workload: a later gate's failure often
-// follows from an earlier one's), a negative control broken now, a gate or
-// control that passes now but not for the whole window, no pod, no control.
+// decide sets the verdict. PASS only when every gate of every pod passed
+// for the whole window and every negative control held, with at least one
+// when required. A FAIL names one cause and its owner, the most pressing
+// first: a gate failing now (in the order api, node, workload: a later
+// gate's failure often follows from an earlier one's), a negative control
+// broken or invalid now, a gate or control that passes now but not for the
+// whole window, no control. Missing evidence is never a pass: with no pod
+// to judge, or evidence the report could not read (cannotJudge), the
+// verdict is CANNOT_JUDGE and blames no team; with every evaluated gate
+// passing and some not evaluated (offline, the workload gate), PARTIAL.
 func (r *gatesReport) decide() {
 	sort.Slice(r.Pods, func(i, j int) bool { return r.Pods[i].Pod < r.Pods[j].Pod })
 	sort.Slice(r.Controls, func(i, j int) bool { return r.Controls[i].Pod < r.Controls[j].Pod })
+	if r.cannotJudge != "" {
+		r.Verdict = verdictReport{Outcome: outcomeCannotJudge, Summary: r.cannotJudge}
+		return
+	}
 	type cause struct {
 		rank    int
 		gate    classify.Gate
@@ -107,30 +148,44 @@ func (r *gatesReport) decide() {
 	}
 	var causes []cause
 	add := func(rank int, g classify.Gate, summary string) { causes = append(causes, cause{rank, g, summary}) }
+	evaluated, notEvaluated := map[string]bool{}, map[string]bool{}
 	for gi, g := range classify.Gates {
 		for _, p := range r.Pods {
 			for _, gr := range p.Gates {
-				if gr.Gate != string(g) || gr.State == stateNotEvaluated || gr.PassedWindow {
+				if gr.Gate != string(g) {
 					continue
 				}
-				if gr.State == statePass {
-					add(10+gi, g, fmt.Sprintf("gate %s of %s/%s passes now, not for the whole window (%s)", g, p.Namespace, p.Pod, gr.History))
-				} else {
+				if gr.State == stateNotEvaluated {
+					notEvaluated[gr.Gate] = true
+					continue
+				}
+				evaluated[gr.Gate] = true
+				switch {
+				case gr.State != statePass:
 					add(gi, g, fmt.Sprintf("gate %s of %s/%s fails (%s)", g, p.Namespace, p.Pod, gr.Reason))
+				case gr.PassedWindow != nil && !*gr.PassedWindow:
+					add(10+gi, g, fmt.Sprintf("gate %s of %s/%s passes now, not for the whole window (%s)", g, p.Namespace, p.Pod, gr.History))
 				}
 			}
 		}
 	}
 	for _, c := range r.Controls {
 		switch {
+		case c.State == string(classify.ControlInvalid):
+			add(5, classify.GateAPI, fmt.Sprintf("negative control %s/%s is invalid (%s): it proves nothing of the boundary, %s", c.Namespace, c.Pod, c.Reason, c.Why))
 		case !c.Holds:
 			add(5, classify.GateAPI, fmt.Sprintf("negative control %s/%s is broken (%s): its selector does not keep it from a device", c.Namespace, c.Pod, c.Reason))
-		case !c.HeldWindow:
+		case c.HeldWindow != nil && !*c.HeldWindow:
 			add(15, classify.GateAPI, fmt.Sprintf("negative control %s/%s holds now, not for the whole window (%s)", c.Namespace, c.Pod, c.History))
 		}
 	}
-	if len(r.Pods) == 0 {
-		add(20, classify.GateAPI, fmt.Sprintf("no DRA pod with gates in namespace %s%s", r.Namespace, selectorNote(r.Selector)))
+	noPod := fmt.Sprintf("no DRA pod with gates in namespace %s%s", r.Namespace, selectorNote(r.Selector))
+	if len(causes) > 0 && len(r.Pods) == 0 {
+		add(20, classify.GateAPI, noPod)
+	}
+	if len(causes) == 0 && len(r.Pods) == 0 {
+		r.Verdict = verdictReport{Outcome: outcomeCannotJudge, Summary: noPod + ": nothing to judge" + r.noPodHint}
+		return
 	}
 	if r.RequireControl && len(r.Controls) == 0 {
 		add(21, classify.GateAPI, fmt.Sprintf("no negative control in namespace %s (a pod labelled as one, whose selector matches no device)", r.Namespace))
@@ -138,20 +193,44 @@ func (r *gatesReport) decide() {
 	if len(causes) > 0 {
 		sort.SliceStable(causes, func(i, j int) bool { return causes[i].rank < causes[j].rank })
 		c := causes[0]
-		r.Verdict = verdictReport{Gate: string(c.gate), Owner: c.gate.Owner(), Summary: c.summary}
+		r.Verdict = verdictReport{Outcome: outcomeFail, Gate: string(c.gate), Owner: c.gate.Owner(), Summary: c.summary}
 		for _, o := range causes[1:] {
 			r.Verdict.Also = append(r.Verdict.Also, o.summary)
 		}
 		return
 	}
-	v := verdictReport{Pass: true, Summary: fmt.Sprintf("every gate of %d pod(s) passed", len(r.Pods))}
+	held := ""
+	if len(r.Controls) > 0 {
+		held = fmt.Sprintf(", %d negative control(s) held", len(r.Controls))
+	}
+	if len(notEvaluated) > 0 {
+		r.Verdict = verdictReport{Outcome: outcomePartial, Summary: fmt.Sprintf("%s pass for %d pod(s)%s; %s not evaluated (%s)",
+			joinGates(evaluated), len(r.Pods), held, joinGates(notEvaluated), "needs Prometheus: readiness and GPU activity over a window")}
+		return
+	}
+	v := verdictReport{Outcome: outcomePass, Pass: true, Summary: fmt.Sprintf("every gate of %d pod(s) passed", len(r.Pods))}
 	if r.Window != "" {
 		v.Summary += " for the whole window (" + r.Window + ")"
 	}
-	if len(r.Controls) > 0 {
-		v.Summary += fmt.Sprintf(", %d negative control(s) held", len(r.Controls))
-	}
+	v.Summary += held
 	r.Verdict = v
+}
+
+// joinGates names the gates of set in the gates' order: "api and node".
+func joinGates(set map[string]bool) string {
+	var names []string
+	for _, g := range classify.Gates {
+		if set[string(g)] {
+			names = append(names, string(g))
+		}
+	}
+	switch len(names) {
+	case 0:
+		return "no gate"
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 func selectorNote(sel string) string {
@@ -162,6 +241,13 @@ func selectorNote(sel string) string {
 }
 
 func (r *gatesReport) writeJSON(w io.Writer) error {
+	// Empty lists, not null: a pipeline reads .pods | length.
+	if r.Pods == nil {
+		r.Pods = []podGates{}
+	}
+	if r.Controls == nil {
+		r.Controls = []controlReport{}
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
@@ -188,7 +274,7 @@ func (r *gatesReport) writeText(w io.Writer) error {
 			}
 			switch {
 			case g.State == stateNotEvaluated:
-			case g.PassedWindow && r.Window != "":
+			case g.PassedWindow != nil && *g.PassedWindow:
 				status += ", the whole window"
 			case g.History != "":
 				status += ", " + g.History
@@ -209,13 +295,12 @@ func (r *gatesReport) writeText(w io.Writer) error {
 		b.WriteString("\n")
 	}
 	for _, c := range r.Controls {
-		state := "HOLDS"
-		if !c.Holds {
-			state = "BROKEN"
+		line := fmt.Sprintf("  %s/%s (uid %s): %s %s", c.Namespace, c.Pod, c.PodUID, c.State, c.Reason)
+		if c.Why != "" {
+			line += ": " + c.Why
 		}
-		line := fmt.Sprintf("  %s/%s (uid %s): %s %s", c.Namespace, c.Pod, c.PodUID, state, c.Reason)
 		switch {
-		case c.HeldWindow && r.Window != "":
+		case c.HeldWindow != nil && *c.HeldWindow:
 			line += ", the whole window"
 		case c.History != "":
 			line += ", " + c.History
@@ -225,13 +310,12 @@ func (r *gatesReport) writeText(w io.Writer) error {
 			fmt.Fprintf(b, "      - %s\n", e)
 		}
 	}
-	if r.Verdict.Pass {
-		fmt.Fprintf(b, "\nVerdict: PASS: %s\n", r.Verdict.Summary)
-	} else {
-		fmt.Fprintf(b, "\nVerdict: FAIL: %s\nOwner: %s\n", r.Verdict.Summary, r.Verdict.Owner)
-		for _, a := range r.Verdict.Also {
-			fmt.Fprintf(b, "Also: %s\n", a)
-		}
+	fmt.Fprintf(b, "\nVerdict: %s: %s\n", r.Verdict.Outcome, r.Verdict.Summary)
+	if r.Verdict.Owner != "" {
+		fmt.Fprintf(b, "Owner: %s\n", r.Verdict.Owner)
+	}
+	for _, a := range r.Verdict.Also {
+		fmt.Fprintf(b, "Also: %s\n", a)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -115,19 +115,20 @@ func TestGatesFromBundle(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		"llm-canary-ok/api": "PASS ", "llm-canary-ok/node": "PASS ", "llm-canary-ok/workload": "NOT EVALUATED ",
-		"llm-canary-pending/api": "FAIL selector_matches_nothing", "llm-canary-pending/node": "FAIL absent", "llm-canary-pending/workload": "NOT EVALUATED ",
-		"llm-canary-retried/api": "FAIL allocation_retried", "llm-canary-retried/node": "FAIL no_node_agent", "llm-canary-retried/workload": "NOT EVALUATED ",
-		"llm-canary-warming/api": "PASS ", "llm-canary-warming/node": "PASS ", "llm-canary-warming/workload": "NOT EVALUATED ",
+		"llm-canary-ok/api": "PASS ", "llm-canary-ok/node": "PASS ", "llm-canary-ok/workload": "NOT_EVALUATED ",
+		"llm-canary-pending/api": "FAIL selector_matches_nothing", "llm-canary-pending/node": "FAIL absent", "llm-canary-pending/workload": "NOT_EVALUATED ",
+		"llm-canary-retried/api": "FAIL allocation_retried", "llm-canary-retried/node": "FAIL no_node_agent", "llm-canary-retried/workload": "NOT_EVALUATED ",
+		"llm-canary-warming/api": "PASS ", "llm-canary-warming/node": "PASS ", "llm-canary-warming/workload": "NOT_EVALUATED ",
 	}
 	if !equalMaps(got, want) {
 		t.Errorf("gates:\n%v\nwant\n%v", got, want)
 	}
 	controls := map[string]string{}
 	for _, c := range r.Controls {
-		controls[c.Pod] = fmt.Sprintf("%v %s %s", c.Holds, c.Reason, c.Device)
+		controls[c.Pod] = fmt.Sprintf("%s %v %s %s", c.State, c.Holds, c.Reason, c.Device)
 	}
-	if want := map[string]string{"control-holds": "true selector_matches_nothing ", "control-allocated": "false started gpu-2"}; !equalMaps(controls, want) {
+	if want := map[string]string{"control-holds": "HOLDS true selector_matches_nothing ", "control-allocated": "BROKEN false started gpu-2",
+		"control-invalid": "INVALID false device_class_not_found "}; !equalMaps(controls, want) {
 		t.Errorf("controls %v, want %v", controls, want)
 	}
 	if r.Verdict.Pass || r.Verdict.Gate != "api" || !strings.Contains(r.Verdict.Summary, "llm-canary-pending") || !strings.Contains(r.Verdict.Owner, "platform team") {
@@ -142,17 +143,17 @@ func TestGatesFromBundlePass(t *testing.T) {
 	objects := onlyItems(t, readFile(t, gatesObjects), "llm-canary-ok", "control-holds")
 	path := writeBundle(t, objects, map[string][]byte{"gpu-node-1": readFile(t, gatesAgent)})
 	rc, out, errOut := runGates(t, "llm-canary", "--from", path)
-	if rc != gatesPass {
-		t.Fatalf("exit %d, want 0\n%s%s", rc, out, errOut)
+	if rc != gatesPartial {
+		t.Fatalf("exit %d, want %d (partial: the workload gate needs Prometheus)\n%s%s", rc, gatesPartial, out, errOut)
 	}
 	for _, want := range []string{
 		"Pod llm-canary/llm-canary-ok (uid " + okUID + ", node gpu-node-1)",
 		"  api       PASS\n",
 		"claim llm-canary-ok-gpu-a1b2c: allocated device gpu.nvidia.com/gpu-node-1/gpu-0 (uuid GPU-b5934649-3623-97fb-5b4f-8b87f2c54026) on node gpu-node-1; reserved for the pod",
 		"the kubelet prepared GPU GPU-b5934649-3623-97fb-5b4f-8b87f2c54026 for claim llm-canary-ok-gpu-a1b2c",
-		"  workload  NOT EVALUATED\n",
+		"  workload  NOT_EVALUATED\n",
 		"llm-canary/control-holds (uid 10c989a2-69cb-3bbf-a027-db6efc53654b): HOLDS selector_matches_nothing",
-		"Verdict: PASS: every gate of 1 pod(s) passed, 1 negative control(s) held",
+		"Verdict: PARTIAL: api and node pass for 1 pod(s), 1 negative control(s) held; workload not evaluated",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -162,8 +163,8 @@ func TestGatesFromBundlePass(t *testing.T) {
 	if rc, out, _ := runGates(t, "llm-canary", "--from", noControl); rc != gatesFail || !strings.Contains(out, "no negative control in namespace llm-canary") {
 		t.Errorf("without a negative control: exit %d, want 1 naming the missing control:\n%s", rc, out)
 	}
-	if rc, out, _ := runGates(t, "llm-canary", "--from", noControl, "--require-negative-control=false"); rc != gatesPass {
-		t.Errorf("without a negative control, not required: exit %d, want 0:\n%s", rc, out)
+	if rc, out, _ := runGates(t, "llm-canary", "--from", noControl, "--require-negative-control=false"); rc != gatesPartial {
+		t.Errorf("without a negative control, not required: exit %d, want %d:\n%s", rc, gatesPartial, out)
 	}
 }
 
@@ -395,6 +396,19 @@ func exposition(t *testing.T, text, extra string) []string {
 	return out
 }
 
+// prometheusBin is DRA_PROMETHEUS; the test is skipped under DRA_E2E_SKIP=1.
+func prometheusBin(t *testing.T) string {
+	t.Helper()
+	prom := os.Getenv(cluster.EnvPrometheus)
+	if prom == "" {
+		if os.Getenv("DRA_E2E_SKIP") == "1" {
+			t.Skip("DRA_E2E_SKIP=1 and DRA_PROMETHEUS unset")
+		}
+		t.Fatalf("%s is unset (make test sets it), or set DRA_E2E_SKIP=1 to skip", cluster.EnvPrometheus)
+	}
+	return prom
+}
+
 // TestGatesFromPrometheus: a real Prometheus scrapes a fixed exporter and a
 // fixed node agent and evaluates rules/gates.yaml; gates reads the verdict
 // from it. A canary whose three gates pass for the window, beside a
@@ -403,13 +417,7 @@ func exposition(t *testing.T, text, extra string) []string {
 // owner; then a pod that cannot be allocated fails it on the api gate
 // first.
 func TestGatesFromPrometheus(t *testing.T) {
-	prom := os.Getenv(cluster.EnvPrometheus)
-	if prom == "" {
-		if os.Getenv("DRA_E2E_SKIP") == "1" {
-			t.Skip("DRA_E2E_SKIP=1 and DRA_PROMETHEUS unset")
-		}
-		t.Fatalf("%s is unset (make test sets it), or set DRA_E2E_SKIP=1 to skip", cluster.EnvPrometheus)
-	}
+	prom := prometheusBin(t)
 	all := readFile(t, gatesObjects)
 	snapshotOf := func(objects []byte) []byte {
 		path := filepath.Join(t.TempDir(), "objects.yaml")
@@ -463,14 +471,14 @@ func TestGatesFromPrometheus(t *testing.T) {
 		}
 	}
 	r := gatesUntil("a canary that passes for the window", gatesPass, func(r gatesReport) error {
-		if len(r.Pods) != 1 || len(r.Pods[0].Gates) != 3 || len(r.Controls) != 1 || !r.Controls[0].HeldWindow {
+		if len(r.Pods) != 1 || len(r.Pods[0].Gates) != 3 || len(r.Controls) != 1 || r.Controls[0].HeldWindow == nil || !*r.Controls[0].HeldWindow {
 			return fmt.Errorf("want one pod with three gates and one control that held: %+v", r)
 		}
 		return nil
 	})
 	var evidence []string
 	for _, g := range r.Pods[0].Gates {
-		if !g.PassedWindow || g.State != statePass {
+		if g.PassedWindow == nil || !*g.PassedWindow || g.State != statePass {
 			t.Errorf("gate %s: %+v, want passed for the window", g.Gate, g)
 		}
 		evidence = append(evidence, g.Evidence...)
@@ -494,6 +502,12 @@ func TestGatesFromPrometheus(t *testing.T) {
 		}
 		return nil
 	})
+	// A namespace without a pod: nothing to judge, no team blamed.
+	if rc, out, errOut := runGates(t, "empty", "--prometheus.url", p.URL, "--window", "5s", "--step", "1s"); rc != gatesError ||
+		!strings.Contains(out, "Verdict: CANNOT_JUDGE: no DRA pod with gates in namespace empty: nothing to judge (Prometheus has no dra_pod_gate of namespace empty") ||
+		strings.Contains(out, "Owner:") {
+		t.Errorf("an empty namespace: exit %d, want %d, CANNOT_JUDGE and no owner:\n%s%s", rc, gatesError, out, errOut)
+	}
 	full := snapshotOf(all)
 	served.Store(&full)
 	gatesUntil("a pod that cannot be allocated, and a broken control", gatesFail, func(r gatesReport) error {
@@ -507,4 +521,275 @@ func TestGatesFromPrometheus(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestGatesOfflineNeverPromotes: offline, the workload gate is not
+// evaluated, so a canary whose api and node gates pass is PARTIAL, with its
+// own exit status, never PASS; its JSON states are identifiers and it
+// claims no window it did not read. A namespace with no pod to judge is
+// CANNOT_JUDGE and blames no team.
+func TestGatesOfflineNeverPromotes(t *testing.T) {
+	objects := onlyItems(t, readFile(t, gatesObjects), "llm-canary-ok", "control-holds")
+	path := writeBundle(t, objects, map[string][]byte{"gpu-node-1": readFile(t, gatesAgent)})
+	rc, out, errOut := runGates(t, "llm-canary", "--from", path, "-o", "json")
+	if rc != gatesPartial || rc == gatesPass || rc == gatesFail {
+		t.Fatalf("exit %d, want %d (partial)\n%s%s", rc, gatesPartial, out, errOut)
+	}
+	for _, absent := range []string{`"passedWindow"`, `"heldWindow"`, `"window"`, "NOT EVALUATED"} {
+		if strings.Contains(out, absent) {
+			t.Errorf("offline JSON has %s:\n%s", absent, out)
+		}
+	}
+	var r gatesReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r.Verdict.Outcome != outcomePartial || r.Verdict.Pass || r.Verdict.Owner != "" ||
+		r.Verdict.Summary != "api and node pass for 1 pod(s), 1 negative control(s) held; workload not evaluated (needs Prometheus: readiness and GPU activity over a window)" {
+		t.Errorf("verdict %+v, want PARTIAL naming the gates that passed and the one not evaluated", r.Verdict)
+	}
+	states := map[string]string{}
+	for _, g := range r.Pods[0].Gates {
+		states[g.Gate] = g.State
+	}
+	if want := map[string]string{"api": "PASS", "node": "PASS", "workload": "NOT_EVALUATED"}; !equalMaps(states, want) {
+		t.Errorf("states %v, want %v", states, want)
+	}
+	if len(r.Controls) != 1 || r.Controls[0].State != "HOLDS" {
+		t.Errorf("controls %+v, want one that HOLDS", r.Controls)
+	}
+
+	// A failing gate found offline is a FAIL all the same.
+	if rc, out, _ := runGates(t, "llm-canary", "--from", writeBundle(t, objects, nil)); rc != gatesFail || !strings.Contains(out, "Verdict: FAIL: gate node of llm-canary/llm-canary-ok fails (no_node_agent)") {
+		t.Errorf("without the agent: exit %d, want %d failing the node gate:\n%s", rc, gatesFail, out)
+	}
+
+	// No pod at all: nothing to judge, no team to blame.
+	if _, js, _ := runGates(t, "empty", "--from", path, "-o", "json"); !strings.Contains(js, `"pods": []`) || !strings.Contains(js, `"outcome": "CANNOT_JUDGE"`) {
+		t.Errorf("an empty namespace, JSON:\n%s", js)
+	}
+	rc, out, _ = runGates(t, "empty", "--from", path)
+	if rc != gatesError || !strings.Contains(out, "Verdict: CANNOT_JUDGE: no DRA pod with gates in namespace empty: nothing to judge") || strings.Contains(out, "Owner:") {
+		t.Errorf("an empty namespace: exit %d, want %d, CANNOT_JUDGE and no owner:\n%s", rc, gatesError, out)
+	}
+}
+
+// TestGatesWithoutGateRules: a real Prometheus scrapes the exporter but
+// does not load rules/gates.yaml. Its rules API lists no gate rule and the
+// exporter's series are there without the recorded ones: gates cannot
+// judge, says so, blames no team and exits 3 (it used to fail every gate
+// as absent and blame the platform team).
+func TestGatesWithoutGateRules(t *testing.T) {
+	prom := prometheusBin(t)
+	path := filepath.Join(t.TempDir(), "objects.yaml")
+	if err := os.WriteFile(path, onlyItems(t, readFile(t, gatesObjects), "llm-canary-ok", "control-holds"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var snap, errOut bytes.Buffer
+	if rc := run([]string{"snapshot", "--from", path}, &snap, &errOut); rc != 0 {
+		t.Fatalf("snapshot: %s", errOut.String())
+	}
+	exporter := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(snap.Bytes()) }))
+	defer exporter.Close()
+	p, err := cluster.StartPrometheus(context.Background(), cluster.PrometheusOptions{
+		Binary: prom, Dir: t.TempDir(), Target: strings.TrimPrefix(exporter.URL, "http://"), Interval: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	deadline := time.Now().Add(40 * time.Second)
+	for {
+		rc, out, errOut := runGates(t, "llm-canary", "--prometheus.url", p.URL, "--window", "5s", "--step", "1s", "-o", "json")
+		var r gatesReport
+		jerr := json.Unmarshal([]byte(out), &r)
+		if jerr == nil && rc == gatesError && r.Verdict.Outcome == outcomeCannotJudge {
+			for _, want := range []string{"Prometheus at " + p.URL + " does not evaluate rules/gates.yaml", "its rules API lists no recording rule " + gateSeries} {
+				if !strings.Contains(r.Verdict.Summary, want) {
+					t.Errorf("summary %q lacks %q", r.Verdict.Summary, want)
+				}
+			}
+			if r.Verdict.Owner != "" || r.Verdict.Gate != "" || len(r.Pods) != 0 {
+				t.Errorf("verdict %+v blames a gate or a team, or judged %d pod(s)", r.Verdict, len(r.Pods))
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("exit %d, want %d CANNOT_JUDGE (%v)\n%s%s", rc, gatesError, jerr, out, errOut)
+		}
+		time.Sleep(time.Second)
+	}
+	_, text, _ := runGates(t, "llm-canary", "--prometheus.url", p.URL, "--window", "5s", "--step", "1s")
+	if !strings.Contains(text, "Verdict: CANNOT_JUDGE: Prometheus at ") || strings.Contains(text, "Owner:") {
+		t.Errorf("text:\n%s", text)
+	}
+}
+
+// TestGatesRuleFailing: a Prometheus whose gate rule is loaded but fails
+// (its rules API says health "err") cannot judge either. Prometheus' API
+// is served by a stub here: a real one only reports a rule failing for
+// data it cannot build in a test (many-to-many matches).
+func TestGatesRuleFailing(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/api/v1/rules", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprintf(w, `{"status":"success","data":{"groups":[{"name":"dra-gates.rules","file":"/etc/prometheus/rules/gates.yaml","interval":30,"limit":0,
+"rules":[{"name":%q,"query":"max by (namespace) (dra_pod_gate)","health":"err","lastError":"found duplicate series for the match group","labels":{},
+"evaluationTime":0.001,"lastEvaluation":"2026-12-01T12:00:00Z","type":"recording"}],"evaluationTime":0.001,"lastEvaluation":"2026-12-01T12:00:00Z"}]}}`, gateSeries)
+	})
+	mux.HandleFunc("/api/v1/query", func(w http.ResponseWriter, r *http.Request) {
+		v := "[]"
+		if strings.Contains(r.FormValue("query"), "dra_pod_gate{") {
+			v = `[{"metric":{},"value":[1764590400,"2"]}]`
+		}
+		_, _ = fmt.Fprintf(w, `{"status":"success","data":{"resultType":"vector","result":%s}}`, v)
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	rc, out, errOut := runGates(t, "llm-canary", "--prometheus.url", srv.URL)
+	if rc != gatesError || !strings.Contains(out, "Verdict: CANNOT_JUDGE: Prometheus at "+srv.URL+" does not evaluate rules/gates.yaml (its recording rule "+gateSeries+
+		" (group dra-gates.rules) fails: found duplicate series for the match group)") || strings.Contains(out, "Owner:") {
+		t.Errorf("exit %d, want %d naming the failing rule:\n%s%s", rc, gatesError, out, errOut)
+	}
+}
+
+// TestNegativeControlsAgree: for every negative control of the gates
+// scenario, the exporter's dra_negative_control, gates --from and explain
+// (text, JSON and exit status) say the same: HOLDS only for a selector that
+// excludes every device, INVALID for a class that does not exist, BROKEN
+// for a control that got a device. explain used to call the held control
+// BLOCKED and exit 0 on the broken one.
+func TestNegativeControlsAgree(t *testing.T) {
+	var snap, errOut bytes.Buffer
+	if rc := run([]string{"snapshot", "--from", gatesObjects, "--now", goldenNow}, &snap, &errOut); rc != 0 {
+		t.Fatalf("snapshot: %s", errOut.String())
+	}
+	series := map[string]string{}
+	for _, line := range exposition(t, snap.String(), "") {
+		if !strings.HasPrefix(line, "dra_negative_control{") {
+			continue
+		}
+		pod := line[strings.Index(line, `pod="`)+5:]
+		pod = pod[:strings.Index(pod, `"`)]
+		reason := line[strings.Index(line, `reason="`)+8:]
+		reason = reason[:strings.Index(reason, `"`)]
+		series[pod] = reason + " " + line[strings.LastIndex(line, " ")+1:]
+	}
+	_, js, _ := runGates(t, "llm-canary", "--from", writeBundle(t, readFile(t, gatesObjects), nil), "-o", "json")
+	var r gatesReport
+	if err := json.Unmarshal([]byte(js), &r); err != nil {
+		t.Fatalf("%v\n%s", err, js)
+	}
+	want := map[string]struct {
+		state, reason, value string
+		rc                   int
+	}{
+		"control-holds":     {"HOLDS", "selector_matches_nothing", "1", explainReady},
+		"control-allocated": {"BROKEN", "started", "0", explainBlocked},
+		"control-invalid":   {"INVALID", "device_class_not_found", "0", explainBlocked},
+	}
+	if len(series) != len(want) || len(r.Controls) != len(want) {
+		t.Fatalf("series %v, gates %+v: want the %d controls", series, r.Controls, len(want))
+	}
+	for _, c := range r.Controls {
+		w, ok := want[c.Pod]
+		if !ok {
+			t.Errorf("unexpected control %s", c.Pod)
+			continue
+		}
+		if series[c.Pod] != w.reason+" "+w.value {
+			t.Errorf("%s: dra_negative_control %q, want reason %s value %s", c.Pod, series[c.Pod], w.reason, w.value)
+		}
+		if c.State != w.state || c.Reason != w.reason {
+			t.Errorf("%s: gates says %s %s, want %s %s", c.Pod, c.State, c.Reason, w.state, w.reason)
+		}
+		var out, errOut bytes.Buffer
+		rc := run([]string{"explain", "--from", gatesObjects, "--now", goldenNow, "-o", "json", "llm-canary/" + c.Pod}, &out, &errOut)
+		var e explainJSON
+		if err := json.Unmarshal(out.Bytes(), &e); err != nil {
+			t.Fatalf("explain %s -o json: %v\n%s%s", c.Pod, err, out.String(), errOut.String())
+		}
+		if rc != w.rc || e.NegativeControl == nil || e.NegativeControl.State != w.state || e.NegativeControl.Reason != w.reason {
+			t.Errorf("explain %s: exit %d, control %+v, want exit %d, %s %s", c.Pod, rc, e.NegativeControl, w.rc, w.state, w.reason)
+		}
+		out.Reset()
+		run([]string{"explain", "--from", gatesObjects, "--now", goldenNow, "llm-canary/" + c.Pod}, &out, &errOut)
+		if line := "Verdict: negative control " + w.state + "  reason=" + w.reason; !strings.Contains(out.String(), line) || strings.Contains(out.String(), "Verdict: BLOCKED") || strings.Contains(out.String(), "Verdict: READY") {
+			t.Errorf("explain %s lacks %q, or calls the control BLOCKED or READY:\n%s", c.Pod, line, out.String())
+		}
+		if w.state == "INVALID" && (!strings.Contains(out.String(), "its DeviceClass does not exist") || !strings.Contains(c.Why, "its DeviceClass does not exist")) {
+			t.Errorf("%s: explain and gates must say why the control is invalid:\n%s\n%+v", c.Pod, out.String(), c)
+		}
+	}
+	if !strings.Contains(r.Verdict.Summary+strings.Join(r.Verdict.Also, "\n"), "negative control llm-canary/control-invalid is invalid (device_class_not_found): it proves nothing of the boundary, its DeviceClass does not exist") {
+		t.Errorf("the verdict does not fail on the invalid control: %+v", r.Verdict)
+	}
+}
+
+// TestExplainOutputAndExitCodes: explain -o json carries the verdict the
+// text prints; a Ready pod exits 0, a blocked one 1, a usage error 2, a pod
+// that is not there 3.
+func TestExplainOutputAndExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		pod, state, reason string
+		rc                 int
+	}{
+		{"llm-canary-ok", "READY", "", explainReady},
+		{"llm-canary-pending", "BLOCKED", "selector_matches_nothing", explainBlocked},
+		{"llm-canary-warming", "BLOCKED", "not_ready", explainBlocked},
+	} {
+		var out, errOut bytes.Buffer
+		rc := run([]string{"explain", "--from", gatesObjects, "--now", goldenNow, "-o", "json", "-n", "llm-canary", tc.pod}, &out, &errOut)
+		var e explainJSON
+		if err := json.Unmarshal(out.Bytes(), &e); err != nil {
+			t.Fatalf("%s: %v\n%s%s", tc.pod, err, out.String(), errOut.String())
+		}
+		if rc != tc.rc || e.Verdict.State != tc.state || e.Verdict.Reason != tc.reason || e.NegativeControl != nil || len(e.Links) == 0 || e.Pod != tc.pod {
+			t.Errorf("%s: exit %d, %+v, want exit %d, %s %s", tc.pod, rc, e.Verdict, tc.rc, tc.state, tc.reason)
+		}
+	}
+	var out, errOut bytes.Buffer
+	if rc := run([]string{"explain", "--from", gatesObjects, "llm-canary/nobody"}, &out, &errOut); rc != explainUnreadable || !strings.Contains(errOut.String(), "not found") {
+		t.Errorf("a pod that is not there: exit %d, want %d: %s", rc, explainUnreadable, errOut.String())
+	}
+	if rc := run([]string{"explain", "--from", gatesObjects, "-o", "yaml", "llm-canary/x"}, &out, &errOut); rc != explainUsage {
+		t.Errorf("-o yaml: exit %d, want %d", rc, explainUsage)
+	}
+}
+
+// TestExitCodeTablesMatchCode: the exit-code tables of docs/gates.md and
+// docs/flags.md are the ones the commands' help is rendered from.
+func TestExitCodeTablesMatchCode(t *testing.T) {
+	for doc, codes := range map[string][]exitCode{"../../docs/gates.md": gatesExitCodes, "../../docs/flags.md": explainExitCodes} {
+		if !strings.Contains(string(readFile(t, doc)), exitTable(codes)) {
+			t.Errorf("%s lacks the exit-code table the code holds:\n%s", doc, exitTable(codes))
+		}
+	}
+	seen := map[int]bool{}
+	for _, c := range gatesExitCodes {
+		seen[c.code] = true
+	}
+	for outcome, code := range gatesExit {
+		if !seen[code] {
+			t.Errorf("outcome %s exits %d, which the table does not document", outcome, code)
+		}
+	}
+}
+
+// TestGatesFromListsSkipped: gates --from names every object it skipped
+// (file, document, item, kind), as snapshot and explain do, not only a
+// count.
+func TestGatesFromListsSkipped(t *testing.T) {
+	objects := onlyItems(t, readFile(t, gatesObjects), "llm-canary-ok", "control-holds")
+	extra := "---\napiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: llm-canary\n  namespace: llm-canary\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: model\n  namespace: llm-canary\n"
+	path := writeBundle(t, append(objects, []byte(extra)...), map[string][]byte{"gpu-node-1": readFile(t, gatesAgent)})
+	_, out, errOut := runGates(t, "llm-canary", "--from", path)
+	for _, want := range []string{
+		"skipped 2 objects of kinds dra-exporter does not use:\n",
+		"objects/objects.yaml: document 2 (Deployment llm-canary/llm-canary)\n",
+		"objects/objects.yaml: document 3 (ConfigMap llm-canary/model)\n",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s%s", want, errOut, out)
+		}
+	}
 }

@@ -219,14 +219,31 @@ func TestExplainAgreesWithMetric(t *testing.T) {
 				leaks[l["namespace"]+"/"+l["pod"]+" "+l["namespace"]+"/"+l["claim"]+" "+l["reason"]] = true
 			}
 		}
+		// A negative control is judged as one: its BLOCKED is what it is for.
+		controls := map[string]*dto.Metric{}
+		for _, m := range families["dra_negative_control"].GetMetric() {
+			l := labelMap(m)
+			controls[l["namespace"]+"/"+l["pod"]] = m
+		}
 		for _, m := range mf.GetMetric() {
 			labels := labelMap(m)
 			var out, errOut bytes.Buffer
 			target := labels["namespace"] + "/" + labels["pod"]
-			if rc := run([]string{"explain", "--from", filepath.Join(dir, "objects.yaml"), "--now", goldenNow, target}, &out, &errOut); rc != 0 {
-				t.Fatalf("explain %s exited %d: %s", target, rc, errOut.String())
+			verdict, wantRC := "Verdict: BLOCKED  layer="+labels["layer"]+"  reason="+labels["reason"], explainBlocked
+			if c := controls[target]; c != nil {
+				reason := labelMap(c)["reason"]
+				state, _ := classify.ControlStateOf(reason)
+				if (c.GetGauge().GetValue() == 1) != (state == classify.ControlHolds) {
+					t.Errorf("%s: dra_negative_control of %s is %v with reason %s, a control %s", filepath.Base(dir), target, c.GetGauge().GetValue(), reason, state)
+				}
+				verdict = "Verdict: negative control " + string(state) + "  reason=" + reason
+				if state == classify.ControlHolds {
+					wantRC = explainReady
+				}
 			}
-			verdict := "Verdict: BLOCKED  layer=" + labels["layer"] + "  reason=" + labels["reason"]
+			if rc := run([]string{"explain", "--from", filepath.Join(dir, "objects.yaml"), "--now", goldenNow, target}, &out, &errOut); rc != wantRC {
+				t.Fatalf("explain %s exited %d, want %d: %s", target, rc, wantRC, errOut.String())
+			}
 			if !strings.Contains(out.String(), verdict) {
 				t.Errorf("%s: explain %s does not say %q:\n%s", filepath.Base(dir), target, verdict, out.String())
 			}
@@ -267,6 +284,11 @@ func TestExplainAgreesOnPodsNotBlocked(t *testing.T) {
 			l := labelMap(m)
 			blocked[l["namespace"]+"/"+l["pod"]] = true
 		}
+		controls := map[string]string{}
+		for _, m := range families["dra_negative_control"].GetMetric() {
+			l := labelMap(m)
+			controls[l["namespace"]+"/"+l["pod"]] = l["reason"]
+		}
 		ix, _, err := offline.Build([]string{filepath.Join(dir, "objects.yaml")}, objects.Trimmer{}, index.Config{})
 		if err != nil {
 			t.Fatal(err)
@@ -277,11 +299,22 @@ func TestExplainAgreesOnPodsNotBlocked(t *testing.T) {
 				continue // TestExplainAgreesWithMetric checks it
 			}
 			var out, errOut bytes.Buffer
-			if rc := run([]string{"explain", "--from", filepath.Join(dir, "objects.yaml"), "--now", goldenNow, target}, &out, &errOut); rc != 0 {
+			wantRC := explainBlocked
+			if p.Ready() {
+				wantRC = explainReady
+			}
+			if reason, ok := controls[target]; ok {
+				// A control is judged as one: Ready is a breach.
+				wantRC = explainBlocked
+				if state, _ := classify.ControlStateOf(reason); state == classify.ControlHolds {
+					wantRC = explainReady
+				}
+			}
+			if rc := run([]string{"explain", "--from", filepath.Join(dir, "objects.yaml"), "--now", goldenNow, target}, &out, &errOut); rc != wantRC {
 				if strings.Contains(errOut.String(), "more than one") {
 					continue // two pods of one name (a recreated pod): explain asks for the UID
 				}
-				t.Fatalf("explain %s exited %d: %s", target, rc, errOut.String())
+				t.Fatalf("explain %s exited %d, want %d (Ready %v): %s", target, rc, wantRC, p.Ready(), errOut.String())
 			}
 			if strings.Contains(out.String(), "Verdict: BLOCKED") {
 				t.Errorf("%s: explain %s says BLOCKED, the metric does not:\n%s", filepath.Base(dir), target, out.String())

@@ -91,17 +91,8 @@ func TestGPUCheckComparison(t *testing.T) {
 // The one-file script: it carries the binary, runs the fake where there is
 // no GPU, and refuses to run without nvidia-smi otherwise.
 func TestGPUCheckScript(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	if _, err := exec.LookPath("bash"); err != nil {
-		t.Skip("no bash")
-	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "dra-exporter")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildBinary(t)
+	dir := filepath.Dir(bin)
 	bundle := filepath.Join(dir, "gpu-check.sh")
 	if out, err := exec.Command("bash", "gpu-check.sh", "--bundle", bin, bundle).CombinedOutput(); err != nil {
 		t.Fatalf("bundle: %v\n%s", err, out)
@@ -124,4 +115,21 @@ func TestGPUCheckScript(t *testing.T) {
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "nvidia-smi not found") {
 		t.Errorf("bundle without a GPU: %v, want exit 2:\n%s", err, out)
 	}
+}
+
+// buildBinary builds the binary into a directory of its own, for tests
+// that run it from bash; skipped under -short or without bash.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	bin := filepath.Join(t.TempDir(), "dra-exporter")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }

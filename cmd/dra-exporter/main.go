@@ -70,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case isHelpFlag(args[0]):
 			list(stdout)
 			return 0
+		case isBinaryFlag(args[0]):
+			return binaryFlag("dra-exporter", "dra-exporter", cmds, "serve", args, stdout, stderr)
 		case !strings.HasPrefix(args[0], "-"):
 			name, args = args[0], args[1:]
 		}
@@ -94,6 +96,8 @@ func runPlugin(args []string, stdout, stderr io.Writer) int {
 	case isHelpFlag(args[0]):
 		list(stdout)
 		return 0
+	case isBinaryFlag(args[0]):
+		return binaryFlag("kubectl dra", "kubectl-dra", cmds, "", args, stdout, stderr)
 	}
 	return dispatch("kubectl dra", cmds, list, args[0], args[1:], stdout, stderr)
 }
@@ -118,6 +122,26 @@ func dispatch(prog string, cmds []command, list func(io.Writer), name string, ar
 }
 
 func isHelpFlag(arg string) bool { return arg == "-h" || arg == "--help" }
+
+// isBinaryFlag reports whether arg is a flag of the binary rather than of
+// a command: --version, and shell completion's.
+func isBinaryFlag(arg string) bool {
+	return arg == "--version" || arg == "--completion-script-bash" || arg == "--completion-bash"
+}
+
+// binaryFlag answers the binary's flags (isBinaryFlag) of the binary file
+// named bin, invoked as prog.
+func binaryFlag(prog, bin string, cmds []command, defaultCmd string, args []string, stdout, stderr io.Writer) int {
+	switch args[0] {
+	case "--completion-script-bash":
+		fmt.Fprint(stdout, bashCompletionScript(bin))
+		return 0
+	case "--completion-bash":
+		return complete(prog, cmds, defaultCmd, args[1:], stdout, stderr)
+	}
+	fmt.Fprintln(stdout, version.Print("dra-exporter"))
+	return 0
+}
 
 // commandList returns a function that writes the listing of cmds as kingpin
 // lists an Application's commands.

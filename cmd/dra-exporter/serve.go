@@ -33,7 +33,7 @@ func serve(prog string, args []string, stdout, stderr io.Writer) int {
 	w.register(app, ":9877")
 	var sf shardFlags
 	sf.register(app)
-	kubeconfig := app.Flag("kubeconfig", "Path to a kubeconfig (default: $KUBECONFIG, else in-cluster config, else ~/.kube/config).").String()
+	kubeconfig := registerKubeconfig(app)
 	probeInterval := app.Flag("kube.probe-interval", "How often to probe the API server's /readyz (dra_exporter_apiserver_up).").Default("15s").Duration()
 	if rc, ok := parse(app, args); !ok {
 		return rc
@@ -67,7 +67,7 @@ func serve(prog string, args []string, stdout, stderr io.Writer) int {
 	}
 	ix := index.New(cfg.indexConfig(nil, observer))
 
-	restConfig, err := kube.RESTConfig(*kubeconfig)
+	restConfig, err := kube.RESTConfig(*kubeconfig, "")
 	if err != nil {
 		logger.Error("cannot reach the cluster", "err", err)
 		return 1

@@ -63,19 +63,23 @@ func parseNow(s string) (time.Time, error) {
 	return t, nil
 }
 
-// reportProblems lists skipped objects; objects of kinds the exporter does
-// not use are summed up rather than listed.
+// reportProblems lists skipped objects: each malformed one with its error,
+// then the objects of kinds the exporter does not use (a `kubectl get all`
+// has many), counted and named by file, document, item and kind.
 func reportProblems(w io.Writer, problems []objects.Problem) {
-	ignored := 0
+	var ignored []objects.Problem
 	for _, p := range problems {
 		if errors.Is(p.Err, objects.ErrIgnoredKind) {
-			ignored++
+			ignored = append(ignored, p)
 			continue
 		}
 		fmt.Fprintln(w, "skipped:", p)
 	}
-	if ignored > 0 {
-		fmt.Fprintf(w, "skipped %d objects of kinds dra-exporter does not use\n", ignored)
+	if len(ignored) > 0 {
+		fmt.Fprintf(w, "skipped %d objects of kinds dra-exporter does not use:\n", len(ignored))
+		for _, p := range ignored {
+			fmt.Fprintf(w, "  %s\n", p.Location())
+		}
 	}
 }
 

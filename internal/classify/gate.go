@@ -218,9 +218,13 @@ func describeDevices(s *index.Snapshot, c *index.Claim) string {
 	return out
 }
 
-// Negative control outcomes. A control holds while it is Pending because no
-// device can match it; it is broken once it gets a device or runs, or when
-// devices match it and it waits only for one to be free.
+// Negative control outcomes. A control holds while it is Pending because
+// its own selectors (or capacity requests) exclude every device of a class
+// that publishes devices: that, and only that, proves the boundary it was
+// written for. It is broken once it gets a device or runs, or when devices
+// match it and it waits only for one to be free. It is invalid when it
+// could not have got a device whatever the boundary: its DeviceClass does
+// not exist, or the class publishes no device.
 const (
 	ControlAllocated      = "allocated"
 	ControlStarted        = "started"
@@ -228,22 +232,55 @@ const (
 	ControlNotEvaluated   = "not_evaluated"
 )
 
+// ControlState is a negative control's state.
+type ControlState string
+
+// The states of a negative control.
+const (
+	ControlHolds   ControlState = "HOLDS"
+	ControlBroken  ControlState = "BROKEN"
+	ControlInvalid ControlState = "INVALID"
+)
+
 // controlHolds are the tree's reasons that keep a negative control Pending
-// because nothing can match it.
-var controlHolds = []Reason{DeviceClassNotFound, NoDevicesForClass, SelectorMatchesNothing}
+// because its selectors exclude every device that exists.
+var controlHolds = []Reason{SelectorMatchesNothing}
+
+// controlInvalid are the tree's reasons that keep a control Pending without
+// testing its selectors: there is no device to exclude.
+var controlInvalid = map[Reason]string{
+	DeviceClassNotFound: "its DeviceClass does not exist, so no selector was tested: point it at the class the canary uses",
+	NoDevicesForClass:   "its DeviceClass publishes no device, so no selector was tested: point it at a class whose driver publishes devices",
+}
 
 // ControlReasons lists every reason of dra_negative_control: the holding
-// ones, then the broken ones.
+// ones, the invalid ones, then the broken ones.
 var ControlReasons = func() []string {
 	var out []string
 	for _, r := range controlHolds {
 		out = append(out, string(r))
 	}
+	out = append(out, string(DeviceClassNotFound), string(NoDevicesForClass))
 	return append(out, ControlAllocated, ControlStarted, ControlMatchesDevices, ControlNotEvaluated)
 }()
 
+// ControlStateOf returns the state a control with the reason is in, and for
+// an invalid one why it proves nothing.
+func ControlStateOf(reason string) (ControlState, string) {
+	if slices.Contains(controlHolds, Reason(reason)) {
+		return ControlHolds, ""
+	}
+	if why, ok := controlInvalid[Reason(reason)]; ok {
+		return ControlInvalid, why
+	}
+	return ControlBroken, ""
+}
+
 // ControlResult is what a negative control shows.
 type ControlResult struct {
+	State ControlState
+	// Why says what keeps an invalid control from proving the boundary.
+	Why    string
 	Holds  bool
 	Reason string
 	Claim  string
@@ -260,6 +297,13 @@ type ControlResult struct {
 // devices to be free shows the same, only later. blocked is its verdict
 // (Verdicts), nil when the tree has none.
 func NegativeControl(s *index.Snapshot, p *index.Pod, blocked *Verdict, explain bool) ControlResult {
+	r := negativeControl(s, p, blocked, explain)
+	r.State, r.Why = ControlStateOf(r.Reason)
+	r.Holds = r.State == ControlHolds
+	return r
+}
+
+func negativeControl(s *index.Snapshot, p *index.Pod, blocked *Verdict, explain bool) ControlResult {
 	r := ControlResult{Node: p.Obj.Spec.NodeName}
 	for _, pc := range s.ResolvePodClaims(p) {
 		c := pc.Claim
@@ -296,8 +340,8 @@ func NegativeControl(s *index.Snapshot, p *index.Pod, blocked *Verdict, explain 
 	}
 	r.Claim = blocked.Claim
 	switch {
-	case slices.Contains(controlHolds, blocked.Reason):
-		r.Holds, r.Reason = true, string(blocked.Reason)
+	case slices.Contains(controlHolds, blocked.Reason), controlInvalid[blocked.Reason] != "":
+		r.Reason = string(blocked.Reason)
 	case blocked.Reason == CapacityExhausted || blocked.Reason == Unallocated:
 		r.Reason = ControlMatchesDevices
 	default:

@@ -1,12 +1,15 @@
 package classify_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
 	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/index"
@@ -100,30 +103,42 @@ func TestAPIGateEvidenceNamesTheDevice(t *testing.T) {
 
 func TestNegativeControl(t *testing.T) {
 	nothing := withSelectors(Request("gpu", GPUClassName), `device.attributes["gpu.nvidia.com"].productName == "B200"`)
+	tooBig := Request("gpu", GPUClassName)
+	tooBig.Exactly.Capacity = &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{"memory": resource.MustParse("1Ti")}}
 	cases := []struct {
 		name   string
 		objs   []any
-		holds  bool
+		state  classify.ControlState
 		reason string
 		device string
 	}{
-		{"selector matches nothing: holds", world(statusPod(), genClaim(nothing)), true, string(classify.SelectorMatchesNothing), ""},
-		{"class selects nothing: holds", world(statusPod(), genClaim(Request("gpu", "vfio.gpu.nvidia.com"))), true, string(classify.DeviceClassNotFound), ""},
-		{"matching devices all taken", world(statusPod(), genClaim(), holder("a", "gpu-0"), holder("b", "gpu-1")), false, classify.ControlMatchesDevices, ""},
-		{"allocated", world(statusPod(), allocatedClaim("node-1")), false, classify.ControlAllocated, "gpu-0"},
-		{"ran and finished", world(Finished(Bound(statusPod(), "node-1"), corev1.PodSucceeded), allocatedClaim("node-1")), false, classify.ControlStarted, "gpu-0"},
-		{"no claim yet", world(tmplPod()), false, string(classify.ControlNotEvaluated), ""},
+		{"selector matches nothing: holds", world(statusPod(), genClaim(nothing)), classify.ControlHolds, string(classify.SelectorMatchesNothing), ""},
+		{"capacity no device meets: holds", world(statusPod(), genClaim(tooBig)), classify.ControlHolds, string(classify.SelectorMatchesNothing), ""},
+		// A control that could get no device whatever its selectors proves
+		// nothing: it used to hold.
+		{"class does not exist: invalid", world(statusPod(), genClaim(Request("gpu", "vfio.gpu.nvidia.com"))), classify.ControlInvalid, string(classify.DeviceClassNotFound), ""},
+		{"class publishes no device: invalid", world(statusPod(), genClaim(Request("gpu", MIGClass().Name))), classify.ControlInvalid, string(classify.NoDevicesForClass), ""},
+		{"matching devices all taken", world(statusPod(), genClaim(), holder("a", "gpu-0"), holder("b", "gpu-1")), classify.ControlBroken, classify.ControlMatchesDevices, ""},
+		{"allocated", world(statusPod(), allocatedClaim("node-1")), classify.ControlBroken, classify.ControlAllocated, "gpu-0"},
+		{"ran and finished", world(Finished(Bound(statusPod(), "node-1"), corev1.PodSucceeded), allocatedClaim("node-1")), classify.ControlBroken, classify.ControlStarted, "gpu-0"},
+		{"no claim yet", world(tmplPod()), classify.ControlBroken, string(classify.ControlNotEvaluated), ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := snapshotOf(t, tc.objs...)
 			p := s.Pod(index.Key{Namespace: NS, Name: podName})
 			r := classify.NegativeControl(s, p, blockedVerdict(s, p), true)
-			if r.Holds != tc.holds || r.Reason != tc.reason || r.Device != tc.device {
-				t.Errorf("control = holds %v reason %q device %q, want %v %q %q\nevidence: %v", r.Holds, r.Reason, r.Device, tc.holds, tc.reason, tc.device, r.Evidence)
+			if r.State != tc.state || r.Holds != (tc.state == classify.ControlHolds) || r.Reason != tc.reason || r.Device != tc.device {
+				t.Errorf("control = %s (holds %v) reason %q device %q, want %s %q %q\nevidence: %v", r.State, r.Holds, r.Reason, r.Device, tc.state, tc.reason, tc.device, r.Evidence)
 			}
 			if len(r.Evidence) == 0 {
 				t.Error("no evidence")
+			}
+			if (r.State == classify.ControlInvalid) != (r.Why != "") {
+				t.Errorf("why %q: an invalid control, and only one, says why", r.Why)
+			}
+			if st, _ := classify.ControlStateOf(r.Reason); st != r.State || !slices.Contains(classify.ControlReasons, r.Reason) {
+				t.Errorf("reason %q: state %s from the reason alone (what gates reads of the series), %s here; in ControlReasons: %v", r.Reason, st, r.State, classify.ControlReasons)
 			}
 		})
 	}

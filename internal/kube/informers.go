@@ -74,21 +74,24 @@ const (
 	ResDeviceTaintRules = "devicetaintrules"
 )
 
-// RESTConfig loads a kubeconfig file, or the in-cluster config when path is
-// empty and KUBECONFIG is unset, and asks for protobuf.
-func RESTConfig(path string) (*rest.Config, error) {
+// RESTConfig loads the kubeconfig at path, else $KUBECONFIG, else the
+// in-cluster config, else ~/.kube/config, and asks for protobuf. context,
+// when set, picks a context of the kubeconfig instead of its current one
+// (and rules out the in-cluster config).
+func RESTConfig(path, context string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if path != "" {
 		rules.ExplicitPath = path
 	}
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: context}
 	var cfg *rest.Config
 	var err error
-	if path == "" && os.Getenv("KUBECONFIG") == "" {
+	if path == "" && context == "" && os.Getenv("KUBECONFIG") == "" {
 		if cfg, err = rest.InClusterConfig(); err != nil {
-			cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+			cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
 		}
 	} else {
-		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig: %w", err)

@@ -35,6 +35,12 @@ type Problem struct {
 }
 
 func (p Problem) String() string {
+	return p.Location() + ": " + p.Err.Error()
+}
+
+// Location names the object: its file, document, List item, and kind and
+// name when it could be read far enough.
+func (p Problem) Location() string {
 	loc := fmt.Sprintf("%s: document %d", p.File, p.Doc)
 	if p.Item > 0 {
 		loc += fmt.Sprintf(", item %d", p.Item)
@@ -42,7 +48,7 @@ func (p Problem) String() string {
 	if p.What != "" {
 		loc += " (" + p.What + ")"
 	}
-	return loc + ": " + p.Err.Error()
+	return loc
 }
 
 // ErrIgnoredKind marks a well-formed object of a kind the index does not use.

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -339,10 +340,22 @@ func Explain(ctx context.Context, binary, kubeconfig, target string) (string, er
 	cmd := exec.CommandContext(ctx, binary, "explain", "--kubeconfig="+kubeconfig, target)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
+	if err := ExplainVerdict(cmd.Run()); err != nil {
 		return out.String(), fmt.Errorf("explain %s: %w: %s", target, err, errOut.String())
 	}
 	return out.String(), nil
+}
+
+// ExplainVerdict is the error of an explain run, nil when it printed a
+// verdict: exit 0 (Ready, or a negative control that holds) and exit 1
+// (not Ready, or a control broken or invalid) are verdicts; 2 (usage) and 3
+// (unreadable) are errors.
+func ExplainVerdict(err error) error {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == 1 {
+		return nil
+	}
+	return err
 }
 
 // CanI asks the API server whether the exporter's account may do verb on

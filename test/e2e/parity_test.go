@@ -129,7 +129,7 @@ func TestLiveMatchesSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 		out, err := exec.CommandContext(ctx, env.exporter, "explain", "--from="+dump, ns+"/"+name).Output()
-		if err != nil {
+		if err = cluster.ExplainVerdict(err); err != nil {
 			t.Fatalf("explain --from %s/%s: %v", ns, name, err)
 		}
 		l, o := verdict.FindString(live), verdict.FindString(string(out))
