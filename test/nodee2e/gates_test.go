@@ -77,7 +77,10 @@ func runGates(t *testing.T, plugin string, args ...string) gatesOutput {
 		var exit *exec.ExitError
 		switch {
 		case errors.As(err, &exit):
-			if exit.ExitCode() > 1 {
+			// 0 PASS, 1 FAIL, 3 CANNOT_JUDGE (no pod yet, rules not
+			// recorded yet: gatesUntil asks again), 4 PARTIAL; 2 is a usage
+			// error.
+			if exit.ExitCode() == 2 || exit.ExitCode() > 4 {
 				t.Fatalf("kubectl dra gates %v: exit %d: %s\n%s", args, exit.ExitCode(), exit.Stderr, out)
 			}
 			return string(out), exit.ExitCode()
@@ -201,11 +204,14 @@ func TestGatesCanaryPasses(t *testing.T) {
 			t.Errorf("bundle output lacks %q:\n%s", want, out)
 		}
 	}
+	// Offline there is no window and no workload evidence: at best
+	// PARTIAL, exit 4, never a pass.
 	offline, err := exec.CommandContext(ctx, plugin, "gates", ns, "--from", path, "-l", "app=canary").Output()
-	if err != nil {
-		t.Fatalf("kubectl dra gates --from: %v\n%s", err, offline)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 4 {
+		t.Fatalf("kubectl dra gates --from: want exit 4 (PARTIAL), got %v\n%s", err, offline)
 	}
-	for _, want := range []string{"  api       PASS", "  node      PASS", "  workload  NOT EVALUATED", "HOLDS selector_matches_nothing", "Verdict: PASS"} {
+	for _, want := range []string{"  api       PASS", "  node      PASS", "  workload  NOT_EVALUATED", "HOLDS selector_matches_nothing", "Verdict: PARTIAL"} {
 		if !strings.Contains(string(offline), want) {
 			t.Errorf("offline gates lack %q:\n%s", want, offline)
 		}
