@@ -88,7 +88,7 @@ image: ## Build the OCI images without Docker (go-containerregistry): the export
 		find $(IMAGE_DIR)/agent-rootfs/usr/share/doc -name 'changelog*' -delete; \
 		echo $$pkgs | tr ' ' ',' > $(IMAGE_DIR)/agent-packages; \
 	fi
-	cd tools/image && $(GO) run . -binary $(IMAGE_DIR)/dra-exporter -out $(IMAGE_DIR) -ref $(IMAGE_REF) \
+	cd tools/image && $(GO) run . -binary $(IMAGE_DIR)/dra-exporter -license $(CURDIR)/LICENSE -out $(IMAGE_DIR) -ref $(IMAGE_REF) \
 		-version $(VERSION) -revision $(REVISION) \
 		-agent-binary $(IMAGE_DIR)/agent/dra-exporter -agent-ref $(AGENT_IMAGE_REF) \
 		$(if $(AGENT_BASE),-agent-base $(abspath $(AGENT_BASE)),-agent-rootfs $(IMAGE_DIR)/agent-rootfs -agent-packages "$$(cat $(IMAGE_DIR)/agent-packages)")
