@@ -259,7 +259,7 @@ $(STATICCHECK): tools/staticcheck/go.mod tools/staticcheck/go.sum
 	cd tools/staticcheck && $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
 
 .PHONY: lint
-lint: $(STATICCHECK) ## gofmt, go vet, staticcheck (every module of the repository).
+lint: $(STATICCHECK) actionlint ## gofmt, go vet, staticcheck (every module of the repository), actionlint (.github/workflows).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
@@ -279,3 +279,30 @@ gpu-check: build ## Verify the node agent on a GPU host: writes bin/gpu-check.sh
 .PHONY: clean
 clean: ## Remove bin/ (the .cache/ builds stay; rm -rf .cache to rebuild them).
 	rm -rf bin
+
+# ---- Release (docs/install.md "Releases"; .github/workflows/release.yml runs these) ----
+
+RELEASE_DIR = $(CURDIR)/bin/release/$(VERSION)
+ACTIONLINT_VERSION := v1.7.12
+ACTIONLINT := $(CACHE)/tools/actionlint-$(ACTIONLINT_VERSION)/actionlint
+
+.PHONY: release
+release: $(HELM) ## make release VERSION=vX.Y.Z: archives (linux, darwin; amd64, arm64), both images as multi-arch OCI indexes, the chart, the krew manifest and checksums in bin/release/VERSION, reproducibly, without Docker (Debian host).
+	cd tools/release && $(GO) run . -version $(VERSION) -root $(CURDIR) -out $(RELEASE_DIR) -cache $(CACHE) -helm $(HELM)
+	cd $(RELEASE_DIR) && sha256sum -c --quiet dra-exporter_$(VERSION)_checksums.txt
+
+REGISTRY ?= ghcr.io/dra-exporter
+.PHONY: push
+push: $(HELM) ## make push VERSION=vX.Y.Z REGISTRY=host/namespace [INSECURE=1]: push what make release built: both images (multi-arch) and the chart (oci://REGISTRY/charts); REGISTRY_USER/REGISTRY_PASSWORD or the docker config log in.
+	cd tools/release && $(GO) run . -push -version $(VERSION) -root $(CURDIR) -out $(RELEASE_DIR) -helm $(HELM) -registry $(REGISTRY) $(if $(INSECURE),-insecure)
+
+.PHONY: release-test
+release-test: $(HELM) ## Build a release twice and compare the checksums (tools/release), and unit-test the release builder.
+	cd tools/release && DRA_RELEASE_CACHE=$(CACHE) $(GO) test -count=1 -timeout 40m ./...
+
+$(ACTIONLINT): tools/actionlint/go.mod tools/actionlint/go.sum
+	cd tools/actionlint && $(GO) build -o $@ github.com/rhysd/actionlint/cmd/actionlint
+
+.PHONY: actionlint
+actionlint: $(ACTIONLINT) ## Check .github/workflows with actionlint (built once, cached).
+	$(ACTIONLINT) -no-color
