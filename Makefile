@@ -285,6 +285,8 @@ clean: ## Remove bin/ (the .cache/ builds stay; rm -rf .cache to rebuild them).
 RELEASE_DIR = $(CURDIR)/bin/release/$(VERSION)
 ACTIONLINT_VERSION := v1.7.12
 ACTIONLINT := $(CACHE)/tools/actionlint-$(ACTIONLINT_VERSION)/actionlint
+KREW_VERSION := v0.4.3
+KREW_BIN := $(CACHE)/tools/krew-$(KREW_VERSION)
 
 .PHONY: release
 release: $(HELM) ## make release VERSION=vX.Y.Z: archives (linux, darwin; amd64, arm64), both images as multi-arch OCI indexes, the chart, the krew manifest and checksums in bin/release/VERSION, reproducibly, without Docker (Debian host).
@@ -297,8 +299,16 @@ push: $(HELM) ## make push VERSION=vX.Y.Z REGISTRY=host/namespace [INSECURE=1]: 
 	cd tools/release && $(GO) run . -push -version $(VERSION) -root $(CURDIR) -out $(RELEASE_DIR) -helm $(HELM) -registry $(REGISTRY) $(if $(INSECURE),-insecure)
 
 .PHONY: release-test
-release-test: $(HELM) ## Build a release twice and compare the checksums (tools/release), and unit-test the release builder.
-	cd tools/release && DRA_RELEASE_CACHE=$(CACHE) $(GO) test -count=1 -timeout 40m ./...
+release-test: $(HELM) $(KREW_BIN)/.built ## Build a release twice and compare the checksums, install its plugin with krew (tools/release).
+	cd tools/release && DRA_RELEASE_CACHE=$(CACHE) DRA_KREW_BIN=$(KREW_BIN) $(GO) test -count=1 -timeout 40m ./...
+
+$(KREW_BIN)/.built: tools/krew/go.mod tools/krew/go.sum
+	@echo ">> building krew $(KREW_VERSION)"
+	cd tools/krew && $(GO) build -o $(KREW_BIN)/ sigs.k8s.io/krew/cmd/krew sigs.k8s.io/krew/cmd/validate-krew-manifest
+	touch $@
+
+.PHONY: krew
+krew: $(KREW_BIN)/.built ## Build krew and validate-krew-manifest (cached): make release-test installs the release's plugin with them.
 
 $(ACTIONLINT): tools/actionlint/go.mod tools/actionlint/go.sum
 	cd tools/actionlint && $(GO) build -o $@ github.com/rhysd/actionlint/cmd/actionlint

@@ -6,6 +6,8 @@ import (
 	"compress/gzip"
 	"debug/elf"
 	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,9 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
@@ -114,6 +119,55 @@ func TestReleaseReproducible(t *testing.T) {
 	t.Run("images", func(t *testing.T) { checkIndexes(t, dir) })
 	if helm != "" {
 		t.Run("chart", func(t *testing.T) { checkChart(t, filepath.Join(dir, "dra-exporter-0.1.0-repro.tgz")) })
+		t.Run("push", func(t *testing.T) { checkPush(t, dir, helm) })
+	}
+}
+
+// checkPush pushes the release (make push) to a registry on loopback
+// (go-containerregistry's registry, in memory) and reads it back: each
+// image index under its tag with the digest images.txt names, and the
+// chart as `helm pull oci://` fetches it, byte for byte the release's.
+func checkPush(t *testing.T, dir, helm string) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	args := []string{"run", ".", "-push", "-version", testVersion, "-root", root, "-out", dir, "-registry", host + "/dra", "-insecure", "-helm", helm}
+	if b, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+	refs, err := os.ReadFile(filepath.Join(dir, "images.txt"))
+	must(t, err)
+	for _, im := range images {
+		ref, err := name.ParseReference(host+"/dra/"+im.name+":"+testVersion, name.Insecure)
+		must(t, err)
+		idx, err := remote.Index(ref)
+		if err != nil {
+			t.Fatalf("%s: %v", ref, err)
+		}
+		d, err := idx.Digest()
+		must(t, err)
+		if !strings.Contains(string(refs), "/"+im.name+":"+testVersion+"@"+d.String()+"\n") {
+			t.Errorf("the registry's %s is %s, not the index images.txt names:\n%s", ref, d, refs)
+		}
+		m, err := idx.IndexManifest()
+		must(t, err)
+		for _, desc := range m.Manifests {
+			if _, err := idx.Image(desc.Digest); err != nil {
+				t.Errorf("%s %v: %v", ref, desc.Platform, err)
+			}
+		}
+	}
+	pulled := t.TempDir()
+	b, err := exec.Command(helm, "pull", "oci://"+host+"/dra/charts/dra-exporter", "--version", "0.1.0-repro", "--plain-http", "--destination", pulled).CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm pull: %v\n%s", err, b)
+	}
+	got, err := os.ReadFile(filepath.Join(pulled, "dra-exporter-0.1.0-repro.tgz"))
+	must(t, err)
+	want, err := os.ReadFile(filepath.Join(dir, "dra-exporter-0.1.0-repro.tgz"))
+	must(t, err)
+	if !bytes.Equal(got, want) {
+		t.Error("helm pull oci:// gave another chart than the release's")
 	}
 }
 
