@@ -41,9 +41,29 @@ func (r *release) goBuild(goos, goarch string, cgo bool, cc string, env []string
 	return nil
 }
 
+// debianKeyring signs Debian's package lists (the debian-archive-keyring
+// package: Debian's own, and in Ubuntu's universe).
+const debianKeyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
+// bookworm are Debian 12's sources (deb822): the agent's libraries and the
+// cross compiler come from Debian 12 whatever the host runs, so that the
+// images do not depend on it.
+const bookworm = `Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: ` + debianKeyring + `
+
+Types: deb
+URIs: http://deb.debian.org/debian-security
+Suites: bookworm-security
+Components: main
+Signed-By: ` + debianKeyring + `
+`
+
 // debian is apt with a state of its own under the cache, one per
 // architecture: it lists and downloads the packages of any architecture
-// from the host's Debian sources without adding that architecture to the
+// from Debian 12's sources without adding that architecture to the
 // host (dpkg --add-architecture changes the machine; this changes nothing
 // outside the cache). The lists are fetched once and kept, so that two
 // runs download the same versions; delete the directory to refresh them.
@@ -80,11 +100,16 @@ func (d debian) update() error {
 	if err := os.WriteFile(filepath.Join(d.dir, "status"), nil, 0o644); err != nil {
 		return err
 	}
-	src, err := os.ReadFile(d.sources)
-	if err != nil {
-		return fmt.Errorf("the Debian sources (-debian-sources): %w", err)
+	src := []byte(bookworm)
+	if d.sources != "" {
+		var err error
+		if src, err = os.ReadFile(d.sources); err != nil {
+			return fmt.Errorf("the Debian sources (-debian-sources): %w", err)
+		}
+	} else if _, err := os.Stat(debianKeyring); err != nil {
+		return fmt.Errorf("the Debian archive keyring, which signs Debian 12's package lists: %w (apt-get install debian-archive-keyring)", err)
 	}
-	if err := os.WriteFile(filepath.Join(d.dir, "sources", filepath.Base(d.sources)), src, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(d.dir, "sources", "debian.sources"), src, 0o644); err != nil {
 		return err
 	}
 	d.logf("apt-get update (%s, state in %s)", d.arch, d.dir)

@@ -81,7 +81,7 @@ func main() {
 	flag.StringVar(&r.registry, "registry", "ghcr.io/dra-exporter", "Registry and namespace of the images (the chart's image.repository default).")
 	flag.StringVar(&r.branch, "branch", "main", "Branch label of the version.")
 	flag.StringVar(&r.plugin, "plugin", "dra-exporter", "The krew plugin: deploy/krew/<plugin>.yaml is its krew-release-bot template.")
-	flag.StringVar(&r.debianSources, "debian-sources", "/etc/apt/sources.list.d/debian.sources", "Debian's apt sources (deb822) the agent's packages and the cross compiler come from.")
+	flag.StringVar(&r.debianSources, "debian-sources", "", "An apt sources file (deb822) for the agent's packages and the cross compiler (e.g. a snapshot.debian.org mirror); empty: Debian 12's (deb.debian.org, bookworm, signed by debian-archive-keyring).")
 	platforms := flag.String("platforms", "linux/amd64,linux/arm64,darwin/amd64,darwin/arm64", "Platforms of the archives.")
 	imagePlatforms := flag.String("image-platforms", "linux/amd64,linux/arm64", "Platforms of the images; empty builds no image.")
 	agentDebs := flag.String("agent-debs", "libc6,libgcc-s1", "Debian packages under the node agent (name or name=version), comma-separated.")
