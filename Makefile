@@ -88,7 +88,7 @@ image: ## Build the OCI images without Docker (go-containerregistry): the export
 		find $(IMAGE_DIR)/agent-rootfs/usr/share/doc -name 'changelog*' -delete; \
 		echo $$pkgs | tr ' ' ',' > $(IMAGE_DIR)/agent-packages; \
 	fi
-	cd tools/image && $(GO) run . -binary $(IMAGE_DIR)/dra-exporter -out $(IMAGE_DIR) -ref $(IMAGE_REF) \
+	cd tools/image && $(GO) run . -binary $(IMAGE_DIR)/dra-exporter -license $(CURDIR)/LICENSE -out $(IMAGE_DIR) -ref $(IMAGE_REF) \
 		-version $(VERSION) -revision $(REVISION) \
 		-agent-binary $(IMAGE_DIR)/agent/dra-exporter -agent-ref $(AGENT_IMAGE_REF) \
 		$(if $(AGENT_BASE),-agent-base $(abspath $(AGENT_BASE)),-agent-rootfs $(IMAGE_DIR)/agent-rootfs -agent-packages "$$(cat $(IMAGE_DIR)/agent-packages)")
@@ -274,7 +274,7 @@ $(STATICCHECK): tools/staticcheck/go.mod tools/staticcheck/go.sum
 	cd tools/staticcheck && time $(GO) build -o $@ honnef.co/go/tools/cmd/staticcheck
 
 .PHONY: lint
-lint: $(STATICCHECK) ## gofmt, go vet, staticcheck (every module of the repository).
+lint: $(STATICCHECK) actionlint ## gofmt, go vet, staticcheck (every module of the repository), actionlint (.github/workflows).
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
@@ -294,3 +294,40 @@ gpu-check: build ## Verify the node agent on a GPU host: writes bin/gpu-check.sh
 .PHONY: clean
 clean: ## Remove bin/ (the .cache/ builds stay; rm -rf .cache to rebuild them).
 	rm -rf bin
+
+# ---- Release (docs/install.md "Releases"; .github/workflows/release.yml runs these) ----
+
+RELEASE_DIR = $(CURDIR)/bin/release/$(VERSION)
+ACTIONLINT_VERSION := v1.7.12
+ACTIONLINT := $(CACHE)/tools/actionlint-$(ACTIONLINT_VERSION)/actionlint
+KREW_VERSION := v0.4.3
+KREW_BIN := $(CACHE)/tools/krew-$(KREW_VERSION)
+
+.PHONY: release
+release: $(HELM) ## make release VERSION=vX.Y.Z: archives (linux, darwin; amd64, arm64), both images as multi-arch OCI indexes, the chart, the krew manifest and checksums in bin/release/VERSION, reproducibly, without Docker (Debian host).
+	cd tools/release && $(GO) run . -version $(VERSION) -root $(CURDIR) -out $(RELEASE_DIR) -cache $(CACHE) -helm $(HELM)
+	cd $(RELEASE_DIR) && sha256sum -c --quiet dra-exporter_$(VERSION)_checksums.txt
+
+REGISTRY ?= ghcr.io/dra-exporter
+.PHONY: push
+push: $(HELM) ## make push VERSION=vX.Y.Z REGISTRY=host/namespace [INSECURE=1]: push what make release built: both images (multi-arch) and the chart (oci://REGISTRY/charts); REGISTRY_USER/REGISTRY_PASSWORD or the docker config log in.
+	cd tools/release && $(GO) run . -push -version $(VERSION) -root $(CURDIR) -out $(RELEASE_DIR) -helm $(HELM) -registry $(REGISTRY) $(if $(INSECURE),-insecure)
+
+.PHONY: release-test
+release-test: $(HELM) $(KREW_BIN)/.built ## Build a release twice and compare the checksums, install its plugin with krew (tools/release).
+	cd tools/release && DRA_RELEASE_CACHE=$(CACHE) DRA_KREW_BIN=$(KREW_BIN) $(GO) test -count=1 -timeout 40m ./...
+
+$(KREW_BIN)/.built: tools/krew/go.mod tools/krew/go.sum
+	@echo ">> building krew $(KREW_VERSION)"
+	cd tools/krew && $(GO) build -o $(KREW_BIN)/ sigs.k8s.io/krew/cmd/krew sigs.k8s.io/krew/cmd/validate-krew-manifest
+	touch $@
+
+.PHONY: krew
+krew: $(KREW_BIN)/.built ## Build krew and validate-krew-manifest (cached): make release-test installs the release's plugin with them.
+
+$(ACTIONLINT): tools/actionlint/go.mod tools/actionlint/go.sum
+	cd tools/actionlint && $(GO) build -o $@ github.com/rhysd/actionlint/cmd/actionlint
+
+.PHONY: actionlint
+actionlint: $(ACTIONLINT) ## Check .github/workflows with actionlint (built once, cached).
+	$(ACTIONLINT) -no-color

@@ -56,10 +56,11 @@ func TestPluginCommands(t *testing.T) {
 }
 
 // TestKrewManifest renders the krew-release-bot template as the bot does
-// and checks the plugin it describes: named dra, every platform installing
-// the dra-exporter binary as kubectl-dra.
+// and checks the plugin it describes: named dra-exporter, every platform
+// installing the dra-exporter binary as kubectl-dra_exporter (kubectl runs
+// kubectl-dra_exporter for "kubectl dra-exporter") with its LICENSE.
 func TestKrewManifest(t *testing.T) {
-	raw, err := os.ReadFile("../../deploy/krew/dra.yaml")
+	raw, err := os.ReadFile("../../deploy/krew/dra-exporter.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,18 +99,19 @@ func TestKrewManifest(t *testing.T) {
 	if err := yaml.UnmarshalStrict([]byte(text), &m); err != nil {
 		t.Fatalf("%v\n%s", err, text)
 	}
-	if m.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || m.Kind != "Plugin" || m.Metadata.Name != "dra" || m.Spec.Version != "v0.1.0" {
+	if m.APIVersion != "krew.googlecontainertools.github.com/v1alpha2" || m.Kind != "Plugin" || m.Metadata.Name != "dra-exporter" || m.Spec.Version != "v0.1.0" {
 		t.Errorf("header: %+v", m)
 	}
-	if m.Spec.ShortDescription == "" || len(m.Spec.ShortDescription) > 60 || !strings.Contains(m.Spec.Description, "kubectl dra gates") {
+	if m.Spec.ShortDescription == "" || len(m.Spec.ShortDescription) > 60 || !strings.Contains(m.Spec.Description, "kubectl dra-exporter gates") {
 		t.Errorf("descriptions: %q / %q", m.Spec.ShortDescription, m.Spec.Description)
 	}
 	platforms := map[string]bool{}
 	for _, p := range m.Spec.Platforms {
 		key := p.Selector.MatchLabels["os"] + "/" + p.Selector.MatchLabels["arch"]
 		platforms[key] = true
-		if p.Bin != "kubectl-dra" || len(p.Files) == 0 || p.Files[0].From != "dra-exporter" || p.Files[0].To != "kubectl-dra" {
-			t.Errorf("%s: bin %q, files %+v: want dra-exporter installed as kubectl-dra", key, p.Bin, p.Files)
+		if p.Bin != "kubectl-dra_exporter" || len(p.Files) != 2 || p.Files[0].From != "dra-exporter" || p.Files[0].To != "kubectl-dra_exporter" ||
+			p.Files[1].From != "LICENSE" {
+			t.Errorf("%s: bin %q, files %+v: want dra-exporter installed as kubectl-dra_exporter, and the LICENSE", key, p.Bin, p.Files)
 		}
 		if !strings.HasPrefix(p.URI, "https://") || !strings.Contains(p.URI, strings.Replace(key, "/", "_", 1)) || len(p.SHA256) != 64 {
 			t.Errorf("%s: uri %q sha256 %q", key, p.URI, p.SHA256)

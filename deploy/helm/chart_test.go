@@ -1,9 +1,12 @@
 package helm
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -38,7 +41,8 @@ var renders = []struct {
 }{
 	{"default", nil},
 	{"sharded", []string{"exporter.shards=3"}},
-	{"hostpid-nonroot-agent", []string{"nodeAgent.hostPID=true", "nodeAgent.runAsUser=65534", "nodeAgent.dcgm.hostengineAddress=nvidia-dcgm:5555"}},
+	{"no-hostpid-nonroot-agent", []string{"nodeAgent.hostPID=false", "nodeAgent.runAsUser=65534", "nodeAgent.dcgm.hostengineAddress=nvidia-dcgm:5555"}},
+	{"agent-own-placement", []string{"nodeAgent.affinity=null", "nodeAgent.nodeSelector.nvidia\\.com/gpu\\.present=true", "nodeAgent.tolerations=null", "nodeAgent.priorityClassName="}},
 	{"no-crds", []string{"serviceMonitor.enabled=false", "prometheusRule.enabled=false", "dashboards.enabled=false", "exporter.podDisruptionBudget.enabled=false"}},
 	{"exporter-only", []string{"nodeAgent.enabled=false", "fullnameOverride=dra", "exporter.extraArgs={--pod.labels-allowlist=team}"}},
 	{"web-tls-basic-auth", webTLS(webBasicAuth("serviceMonitor.basicAuth.secretName=scrape")...)},
@@ -337,11 +341,11 @@ func TestDefaultRender(t *testing.T) {
 	}
 	ds := byKind(objs, "DaemonSet")[0]
 	pod := Get(ds.Obj, "spec", "template", "spec")
-	if Get(pod, "nodeSelector", "nvidia.com/gpu.present") != "true" {
-		t.Errorf("agent nodeSelector %v", Get(pod, "nodeSelector"))
-	}
-	if Get(pod, "hostPID") != nil {
-		t.Error("hostPID is on by default; it is an opt-in")
+	checkAgentPlacement(t, pod)
+	// The node gate's isolation check maps NVML's host PIDs to pods: only
+	// in the host's PID namespace (issue 37: with it off no canary passes).
+	if Get(pod, "hostPID") != true {
+		t.Error("hostPID is off by default: every node gate would fail isolation_unverified")
 	}
 	c := container(t, ds)
 	a := args(c)
@@ -416,7 +420,11 @@ func TestShardedRender(t *testing.T) {
 }
 
 func TestHostPIDRender(t *testing.T) {
-	objs := render(t, "nodeAgent.hostPID=true", "nodeAgent.dcgm.hostengineAddress=nvidia-dcgm:5555")
+	off := Get(byKind(render(t, "nodeAgent.hostPID=false"), "DaemonSet")[0].Obj, "spec", "template", "spec")
+	if Get(off, "hostPID") != nil {
+		t.Error("nodeAgent.hostPID=false still shares the host's PID namespace")
+	}
+	objs := render(t, "nodeAgent.dcgm.hostengineAddress=nvidia-dcgm:5555")
 	ds := byKind(objs, "DaemonSet")[0]
 	pod := Get(ds.Obj, "spec", "template", "spec")
 	if Get(pod, "hostPID") != true {
@@ -650,5 +658,152 @@ func TestValuesNeedDocs(t *testing.T) {
 	vals, err := Values([]byte("# -- one\n# two | three\nx: {k: v}\n"))
 	if err != nil || len(vals) != 1 || vals[0].Doc != "one two | three" || vals[0].Default != `{"k":"v"}` {
 		t.Errorf("Values = %+v, %v", vals, err)
+	}
+}
+
+// checkAgentPlacement: the node agent's pod lands on the GPU nodes of a
+// cluster with or without GPU Feature Discovery, on GKE, AKS and EKS,
+// tolerates their GPU taints, and is node-critical. The node labels and
+// taints are those the GPU Operator and the clouds set.
+func checkAgentPlacement(t *testing.T, pod any) {
+	t.Helper()
+	if Get(pod, "priorityClassName") != "system-node-critical" {
+		t.Errorf("agent priorityClassName %v, want system-node-critical (as the GPU Operator's daemonsets)", Get(pod, "priorityClassName"))
+	}
+	if sel := Get(pod, "nodeSelector"); sel != nil {
+		t.Errorf("agent nodeSelector %v: a default selector needs its label on every GPU node", sel)
+	}
+	terms := asList(Get(pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms"))
+	for name, c := range map[string]struct {
+		labels map[string]string
+		want   bool
+	}{
+		"GPU Feature Discovery":  {map[string]string{"nvidia.com/gpu.present": "true"}, true},
+		"Node Feature Discovery": {map[string]string{"feature.node.kubernetes.io/pci-10de.present": "true"}, true},
+		"GKE":                    {map[string]string{"cloud.google.com/gke-accelerator": "nvidia-l4"}, true},
+		"EKS":                    {map[string]string{"k8s.amazonaws.com/accelerator": "nvidia-tesla-a100"}, true},
+		"AKS":                    {map[string]string{"accelerator": "nvidia"}, true},
+		"a CPU node":             {map[string]string{"kubernetes.io/os": "linux", "feature.node.kubernetes.io/pci-8086.present": "true"}, false},
+		"GFD says no GPU":        {map[string]string{"nvidia.com/gpu.present": "false"}, false},
+	} {
+		if got := nodeMatches(terms, c.labels); got != c.want {
+			t.Errorf("%s node %v: agent scheduled %v, want %v", name, c.labels, got, c.want)
+		}
+	}
+	tolerations := asList(Get(pod, "tolerations"))
+	for _, taint := range []struct{ key, value, effect string }{
+		{"nvidia.com/gpu", "present", "NoSchedule"}, // GKE
+		{"nvidia.com/gpu", "true", "NoSchedule"},    // EKS, the GPU Operator's docs
+		{"nvidia.com/gpu", "", "NoExecute"},
+		{"sku", "gpu", "NoSchedule"}, // AKS
+	} {
+		if !tolerated(tolerations, taint.key, taint.value, taint.effect) {
+			t.Errorf("the agent does not tolerate %s=%s:%s", taint.key, taint.value, taint.effect)
+		}
+	}
+	if tolerated(tolerations, "node.kubernetes.io/unschedulable", "", "NoSchedule") {
+		t.Error("the agent tolerates every taint; it should tolerate the GPU taints")
+	}
+}
+
+// nodeMatches evaluates required node affinity terms (ORed; their
+// expressions ANDed) against a node's labels, as the scheduler does for
+// the operators In and Exists.
+func nodeMatches(terms []any, labels map[string]string) bool {
+	for _, term := range terms {
+		ok := true
+		for _, e := range asList(Get(term, "matchExpressions")) {
+			v, has := labels[fmt.Sprint(Get(e, "key"))]
+			switch Get(e, "operator") {
+			case "Exists":
+				ok = ok && has
+			case "In":
+				ok = ok && has && slices.Contains(asList(Get(e, "values")), any(v))
+			default:
+				ok = false
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+// tolerated: some toleration matches the taint, as the scheduler matches.
+func tolerated(tolerations []any, key, value, effect string) bool {
+	for _, t := range tolerations {
+		if e := Get(t, "effect"); e != nil && e != "" && e != effect {
+			continue
+		}
+		k := Get(t, "key")
+		switch Get(t, "operator") {
+		case "Exists":
+			if k == nil || k == "" || k == key {
+				return true
+			}
+		default: // Equal
+			if k == key && fmt.Sprint(Get(t, "value")) == value {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestPackage packages the chart as a release does (helm package follows
+// the files/ and LICENSE symlinks) and checks that .helmignore keeps it to
+// what a chart needs: the rule files and dashboards, not the Go code, rule
+// tests and generators beside them in rules/ and dashboards/.
+func TestPackage(t *testing.T) {
+	bin := helmBinary(t)
+	dir := t.TempDir()
+	if _, err := run(bin, "package", filepath.Join(root, Chart), "--version", "1.2.3-test", "--app-version", "v1.2.3-test", "--destination", dir); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, "dra-exporter-1.2.3-test.tgz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	files := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(tr)
+		files[strings.TrimPrefix(h.Name, "dra-exporter/")] = string(data)
+	}
+	for name := range files {
+		dir, base := filepath.Split(name)
+		ok := name == "Chart.yaml" || name == "values.yaml" || name == "LICENSE" || name == ".helmignore" ||
+			(dir == "templates/" && (strings.HasSuffix(base, ".yaml") || strings.HasSuffix(base, ".tpl") || base == "NOTES.txt")) ||
+			(dir == "files/rules/" && strings.HasSuffix(base, ".yaml")) ||
+			(dir == "files/dashboards/" && strings.HasSuffix(base, ".json"))
+		if !ok {
+			t.Errorf("the package holds %s: not a file the chart needs (.helmignore)", name)
+		}
+	}
+	// Every rule file and dashboard the chart wraps is in it.
+	for _, pattern := range []string{"rules/*.yaml", "dashboards/*.json"} {
+		matches, _ := filepath.Glob(filepath.Join(root, pattern))
+		for _, m := range matches {
+			name := "files/" + filepath.Base(filepath.Dir(m)) + "/" + filepath.Base(m)
+			if _, ok := files[name]; !ok {
+				t.Errorf("the package lacks %s", name)
+			}
+		}
+	}
+	if !strings.Contains(files["Chart.yaml"], "version: 1.2.3-test") || !strings.HasPrefix(strings.TrimSpace(files["LICENSE"]), "Apache License") {
+		t.Errorf("Chart.yaml not stamped or LICENSE missing:\n%s", files["Chart.yaml"])
 	}
 }

@@ -62,11 +62,11 @@ func BuildAgent(a AgentOptions) (v1.Image, error) {
 	default:
 		return nil, fmt.Errorf("one of -agent-rootfs and -agent-base is required")
 	}
-	layer, err := binaryLayer(a.Binary, a.Created)
+	layer, err := binaryLayer(a.Binary, a.License, a.Created)
 	if err != nil {
 		return nil, err
 	}
-	img, cf, err := appendLayer(base, layer, "tools/image: /dra-exporter (cgo, glibc)", a.Created)
+	img, cf, err := appendLayer(base, layer, "tools/image: /dra-exporter (cgo, glibc), /licenses/LICENSE", a.Created)
 	if err != nil {
 		return nil, err
 	}
@@ -90,26 +90,38 @@ func BuildAgent(a AgentOptions) (v1.Image, error) {
 	return mutate.ConfigFile(img, cf)
 }
 
-// binaryLayer holds /dra-exporter and a /tmp (DCGM writes its log and lock
+// binaryLayer holds /dra-exporter, the project's licence at
+// /licenses/LICENSE (the place Red Hat's certification and most
+// distributions' images use) and a /tmp (DCGM writes its log and lock
 // files there; the chart mounts an emptyDir over it).
-func binaryLayer(path string, created time.Time) (v1.Layer, error) {
+func binaryLayer(path, license string, created time.Time) (v1.Layer, error) {
+	if license == "" {
+		return nil, fmt.Errorf("-license is required: every image carries the project's LICENSE")
+	}
 	bin, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	lic, err := os.ReadFile(license)
 	if err != nil {
 		return nil, err
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	for _, h := range []*tar.Header{
-		{Name: "dra-exporter", Mode: 0o755, Size: int64(len(bin)), ModTime: created, Typeflag: tar.TypeReg, Format: tar.FormatPAX},
-		{Name: "tmp/", Mode: 0o1777, ModTime: created, Typeflag: tar.TypeDir, Format: tar.FormatPAX},
+	for _, f := range []struct {
+		h    *tar.Header
+		data []byte
+	}{
+		{&tar.Header{Name: "dra-exporter", Mode: 0o755, Size: int64(len(bin)), ModTime: created, Typeflag: tar.TypeReg, Format: tar.FormatPAX}, bin},
+		{&tar.Header{Name: "licenses/", Mode: 0o755, ModTime: created, Typeflag: tar.TypeDir, Format: tar.FormatPAX}, nil},
+		{&tar.Header{Name: "licenses/LICENSE", Mode: 0o644, Size: int64(len(lic)), ModTime: created, Typeflag: tar.TypeReg, Format: tar.FormatPAX}, lic},
+		{&tar.Header{Name: "tmp/", Mode: 0o1777, ModTime: created, Typeflag: tar.TypeDir, Format: tar.FormatPAX}, nil},
 	} {
-		if err := tw.WriteHeader(h); err != nil {
+		if err := tw.WriteHeader(f.h); err != nil {
 			return nil, err
 		}
-		if h.Typeflag == tar.TypeReg {
-			if _, err := tw.Write(bin); err != nil {
-				return nil, err
-			}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, err
 		}
 	}
 	if err := tw.Close(); err != nil {

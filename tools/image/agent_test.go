@@ -68,7 +68,7 @@ func agentImageDir(t *testing.T) string {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	a := AgentOptions{Options: Options{Binary: bin, Out: dir, Ref: "ghcr.io/dra-exporter/dra-exporter-node-agent:test", Version: "test", Revision: "abc", Arch: "amd64", Created: time.Unix(0, 0).UTC()},
+	a := AgentOptions{Options: Options{Binary: bin, Out: dir, Ref: "ghcr.io/dra-exporter/dra-exporter-node-agent:test", Version: "test", Revision: "abc", Arch: "amd64", License: filepath.Join("..", "..", "LICENSE"), Created: time.Unix(0, 0).UTC()},
 		RootFS: rootfs, Packages: []string{"libc6=host", "libgcc-s1=host"}}
 	img, err := BuildAgent(a)
 	must(t, err)
@@ -120,6 +120,9 @@ func TestAgentImage(t *testing.T) {
 	}
 
 	root := unpack(t, fromTar)
+	license, err := os.ReadFile(filepath.Join(root, "licenses", "LICENSE"))
+	must(t, err)
+	checkLicense(t, license)
 	bin := filepath.Join(root, "dra-exporter")
 	ef, err := elf.Open(bin)
 	must(t, err)

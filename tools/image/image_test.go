@@ -2,6 +2,7 @@ package main
 
 import (
 	"archive/tar"
+	"bytes"
 	"debug/elf"
 	"errors"
 	"io"
@@ -36,7 +37,7 @@ func imageDir(t *testing.T) string {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	o := Options{Binary: bin, Out: dir, Ref: "ghcr.io/dra-exporter/dra-exporter:test", Version: "test", Revision: "abc", Arch: "amd64", Created: time.Unix(0, 0).UTC()}
+	o := Options{Binary: bin, Out: dir, Ref: "ghcr.io/dra-exporter/dra-exporter:test", Version: "test", Revision: "abc", Arch: "amd64", License: filepath.Join("..", "..", "LICENSE"), Created: time.Unix(0, 0).UTC()}
 	img, err := Build(o)
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +119,7 @@ func checkImage(t *testing.T, img v1.Image) {
 	tr := tar.NewReader(fs)
 	bin := filepath.Join(t.TempDir(), "dra-exporter")
 	found := false
+	var license []byte
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -125,6 +127,9 @@ func checkImage(t *testing.T, img v1.Image) {
 		}
 		if err != nil {
 			t.Fatal(err)
+		}
+		if strings.TrimPrefix(h.Name, "/") == "licenses/LICENSE" {
+			license, _ = io.ReadAll(tr)
 		}
 		if strings.TrimPrefix(h.Name, "/") != "dra-exporter" {
 			continue
@@ -145,6 +150,7 @@ func checkImage(t *testing.T, img v1.Image) {
 	if !found {
 		t.Fatal("no /dra-exporter in the image")
 	}
+	checkLicense(t, license)
 	out, err := exec.Command(bin, "version").CombinedOutput()
 	if err != nil {
 		t.Fatalf("dra-exporter version: %v\n%s", err, out)
@@ -162,5 +168,17 @@ func checkImage(t *testing.T, img v1.Image) {
 		if p.Type == elf.PT_INTERP {
 			t.Error("the binary is dynamically linked; the image has no libc")
 		}
+	}
+}
+
+// checkLicense: the image carries the repository's LICENSE, byte for byte.
+func checkLicense(t *testing.T, got []byte) {
+	t.Helper()
+	want, err := os.ReadFile(filepath.Join("..", "..", "LICENSE"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("/licenses/LICENSE: %d bytes, want the repository's LICENSE (%d bytes)", len(got), len(want))
 	}
 }

@@ -34,6 +34,7 @@ import (
 // Options describe one image.
 type Options struct {
 	Binary   string    // the static dra-exporter binary
+	License  string    // the LICENSE file, at /licenses/LICENSE in the image
 	Out      string    // output directory: <out>/oci (layout), <out>/dra-exporter.tar
 	Ref      string    // image reference, e.g. ghcr.io/dra-exporter/dra-exporter:v0.1.0
 	Version  string    // org.opencontainers.image.version
@@ -48,6 +49,7 @@ const User = "65534:65534"
 func main() {
 	var o Options
 	flag.StringVar(&o.Binary, "binary", "", "The static dra-exporter binary (CGO_ENABLED=0).")
+	flag.StringVar(&o.License, "license", "", "The LICENSE file, copied to /licenses/LICENSE in both images (required).")
 	flag.StringVar(&o.Out, "out", "bin/image", "Output directory.")
 	flag.StringVar(&o.Ref, "ref", "ghcr.io/dra-exporter/dra-exporter:dev", "Image reference (repository:tag) written into the tarball and the layout.")
 	flag.StringVar(&o.Version, "version", "dev", "Version label.")
@@ -89,7 +91,7 @@ func build(o Options, a AgentOptions, packages string) error {
 	if a.Binary == "" {
 		return nil
 	}
-	a.Out, a.Version, a.Revision, a.Arch, a.Created = o.Out, o.Version, o.Revision, o.Arch, o.Created
+	a.Out, a.Version, a.Revision, a.Arch, a.Created, a.License = o.Out, o.Version, o.Revision, o.Arch, o.Created, o.License
 	if packages != "" {
 		a.Packages = strings.Split(packages, ",")
 	}
@@ -114,11 +116,11 @@ func Build(o Options) (v1.Image, error) {
 	if o.Binary == "" {
 		return nil, fmt.Errorf("-binary is required")
 	}
-	layer, err := binaryLayer(o.Binary, o.Created)
+	layer, err := binaryLayer(o.Binary, o.License, o.Created)
 	if err != nil {
 		return nil, err
 	}
-	img, cf, err := appendLayer(emptyOCI(), layer, "tools/image: /dra-exporter (static, CGO_ENABLED=0)", o.Created)
+	img, cf, err := appendLayer(emptyOCI(), layer, "tools/image: /dra-exporter (static, CGO_ENABLED=0), /licenses/LICENSE", o.Created)
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +173,7 @@ func (o Options) labels(title, description string) map[string]string {
 		"org.opencontainers.image.version":     o.Version,
 		"org.opencontainers.image.revision":    o.Revision,
 		"org.opencontainers.image.created":     o.Created.Format(time.RFC3339),
+		"org.opencontainers.image.licenses":    "Apache-2.0",
 	}
 }
 
