@@ -18,7 +18,7 @@ import (
 // commands is itself rendered by kingpin (commandList).
 
 // newApp returns the Application of one command, prog as it was invoked
-// ("dra-exporter gates", "kubectl dra gates"): its help (-h, --help) on
+// ("dra-exporter gates", "kubectl dra-exporter gates"): its help (-h, --help) on
 // stdout, its usage errors on stderr.
 func newApp(prog, help string, stdout, stderr io.Writer) *kingpin.Application {
 	app := kingpin.New(prog, help).UsageWriter(stdout).ErrorWriter(stderr)

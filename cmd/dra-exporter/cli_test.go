@@ -45,10 +45,10 @@ func TestHelpExitsZero(t *testing.T) {
 			t.Errorf("%v: the listing does not mark serve the default:\n%s", args, out)
 		}
 	}
-	// As kubectl dra, the listing holds only the plugin's commands.
+	// As kubectl dra-exporter, the listing holds only the plugin's commands.
 	var out bytes.Buffer
 	if rc := runPlugin([]string{"--help"}, &out, &out); rc != 0 || strings.Contains(out.String(), "\nserve") || !strings.Contains(out.String(), "\nbundle\n") {
-		t.Errorf("kubectl dra --help: exit %d:\n%s", rc, out.String())
+		t.Errorf("kubectl dra-exporter --help: exit %d:\n%s", rc, out.String())
 	}
 }
 

@@ -31,7 +31,7 @@ func TestVersionOnEveryCommand(t *testing.T) {
 	for _, args := range [][]string{{"--version"}, {"gates", "--version"}, {"explain", "--version"}, {"bundle", "--version"}} {
 		var out, errOut bytes.Buffer
 		if rc := runPlugin(args, &out, &errOut); rc != 0 || !strings.HasPrefix(out.String(), "dra-exporter, version") {
-			t.Errorf("kubectl dra %v: exit %d, %q %q", args, rc, out.String(), errOut.String())
+			t.Errorf("kubectl dra-exporter %v: exit %d, %q %q", args, rc, out.String(), errOut.String())
 		}
 	}
 }
@@ -64,11 +64,11 @@ func TestPluginNamespaceAndContext(t *testing.T) {
 	path := writeBundle(t, onlyItems(t, readFile(t, gatesObjects), "llm-canary-ok", "control-holds"), map[string][]byte{"gpu-node-1": readFile(t, gatesAgent)})
 	var out, errOut bytes.Buffer
 	if rc := runPlugin([]string{"gates", "-n", "llm-canary", "--from", path}, &out, &errOut); rc != gatesPartial || !strings.Contains(out.String(), "Rollout gates of namespace llm-canary") {
-		t.Errorf("kubectl dra gates -n llm-canary: exit %d\n%s%s", rc, out.String(), errOut.String())
+		t.Errorf("kubectl dra-exporter gates -n llm-canary: exit %d\n%s%s", rc, out.String(), errOut.String())
 	}
 	out.Reset()
 	if rc := runPlugin([]string{"explain", "-n", "llm-canary", "llm-canary-ok", "--from", gatesObjects}, &out, &errOut); rc != explainReady || !strings.Contains(out.String(), "Pod llm-canary/llm-canary-ok") {
-		t.Errorf("kubectl dra explain -n llm-canary llm-canary-ok: exit %d\n%s%s", rc, out.String(), errOut.String())
+		t.Errorf("kubectl dra-exporter explain -n llm-canary llm-canary-ok: exit %d\n%s%s", rc, out.String(), errOut.String())
 	}
 
 	kubeconfig := filepath.Join(t.TempDir(), "config")
@@ -105,7 +105,7 @@ contexts:
 			var out, errOut bytes.Buffer
 			rc := runPlugin(a, &out, &errOut)
 			if rc == 0 || !strings.Contains(errOut.String(), server) {
-				t.Errorf("kubectl dra %v: exit %d, want a failure dialling %s (context %q):\n%s", a, rc, server, ctx, errOut.String())
+				t.Errorf("kubectl dra-exporter %v: exit %d, want a failure dialling %s (context %q):\n%s", a, rc, server, ctx, errOut.String())
 			}
 		}
 	}

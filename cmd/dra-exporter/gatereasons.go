@@ -39,7 +39,7 @@ var treeFix = map[classify.Reason]string{
 	classify.ClaimNotFound:          "Create the ResourceClaim the pod names, or point the pod at one that exists.",
 	classify.DeviceClassNotFound:    "Create the DeviceClass, or fix the class name in the claim or its template.",
 	classify.NoDevicesForClass:      "Check that the DRA driver runs on the GPU nodes and publishes ResourceSlices, and that the class selectors match its devices.",
-	classify.SelectorMatchesNothing: "Fix the claim's CEL selectors or capacity requests; `kubectl dra explain` lists the devices they exclude.",
+	classify.SelectorMatchesNothing: "Fix the claim's CEL selectors or capacity requests; `kubectl dra-exporter explain` lists the devices they exclude.",
 	classify.CapacityExhausted:      "Free or add matching devices (lower-priority holders are not preempted for DRA devices), or lower the request.",
 	classify.Unallocated:            "Read the scheduler's FailedScheduling events: constraints, node affinity, taints or node resources keep the claim unallocated.",
 	classify.NotReserved:            "Check the scheduler's binding cycle; a claim shared by other pods may have reached its reservation limit.",

@@ -199,7 +199,7 @@ func onlineGates(ctx context.Context, ns string, sel labels.Selector, f gatesFla
 			gr.PassedWindow = &whole
 			gr.Evidence = ev.forGate(g, uid)
 			if gr.State == stateFail && g != classify.GateWorkload {
-				gr.Evidence = append(gr.Evidence, fmt.Sprintf("kubectl dra explain %s/%s prints every link with the components' own messages", ns, p.pod))
+				gr.Evidence = append(gr.Evidence, fmt.Sprintf("kubectl dra-exporter explain %s/%s prints every link with the components' own messages", ns, p.pod))
 			}
 			pg.Gates = append(pg.Gates, gr)
 		}

@@ -27,7 +27,7 @@ func registerContext(app *kingpin.Application) *string {
 }
 
 // registerNamespace is kubectl's -n, which kubectl hands a plugin
-// untouched: "kubectl dra gates -n llm-canary".
+// untouched: "kubectl dra-exporter gates -n llm-canary".
 func registerNamespace(app *kingpin.Application) *string {
 	return app.Flag("namespace", "The namespace, as kubectl's -n (instead of the NAMESPACE argument).").Short('n').PlaceHolder("NAMESPACE").String()
 }

@@ -21,7 +21,7 @@ import (
 type command struct {
 	name, help string
 	// run parses the arguments and runs the command; prog is how it was
-	// invoked ("dra-exporter gates", "kubectl dra gates"), for its help
+	// invoked ("dra-exporter gates", "kubectl dra-exporter gates"), for its help
 	// and its error messages.
 	run func(prog string, args []string, stdout, stderr io.Writer) int
 }
@@ -41,7 +41,7 @@ func commands() []command {
 	}
 }
 
-// pluginCommands are the commands of the binary installed as kubectl-dra:
+// pluginCommands are the commands of the binary installed as kubectl-dra_exporter:
 // those an operator runs by hand, not the exporter or the node agent.
 var pluginCommands = []string{"explain", "gates", "bundle", "version"}
 
@@ -53,10 +53,10 @@ func main() {
 }
 
 // isPlugin reports whether the binary was started as the kubectl plugin
-// (kubectl runs kubectl-dra for "kubectl dra"; krew installs it so).
+// (kubectl runs kubectl-dra_exporter for "kubectl dra-exporter"; krew installs it so).
 func isPlugin(argv0 string) bool {
 	name := strings.TrimSuffix(filepath.Base(argv0), ".exe")
-	return name == "kubectl-dra"
+	return name == "kubectl-dra_exporter"
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -79,7 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return dispatch("dra-exporter", cmds, list, name, args, stdout, stderr)
 }
 
-// runPlugin serves "kubectl dra".
+// runPlugin serves "kubectl dra-exporter".
 func runPlugin(args []string, stdout, stderr io.Writer) int {
 	var cmds []command
 	for _, c := range commands() {
@@ -87,8 +87,8 @@ func runPlugin(args []string, stdout, stderr io.Writer) int {
 			cmds = append(cmds, c)
 		}
 	}
-	list := commandList("kubectl dra", "The DRA decision tree of a pod, the evidence gates of a canary and the evidence bundle of a cluster, "+
-		"from dra-exporter. Run \"kubectl dra COMMAND --help\" for a command's flags.", cmds, "")
+	list := commandList("kubectl dra-exporter", "The DRA decision tree of a pod, the evidence gates of a canary and the evidence bundle of a cluster, "+
+		"from dra-exporter. Run \"kubectl dra-exporter COMMAND --help\" for a command's flags.", cmds, "")
 	switch {
 	case len(args) == 0:
 		list(stderr)
@@ -97,9 +97,9 @@ func runPlugin(args []string, stdout, stderr io.Writer) int {
 		list(stdout)
 		return 0
 	case isBinaryFlag(args[0]):
-		return binaryFlag("kubectl dra", "kubectl-dra", cmds, "", args, stdout, stderr)
+		return binaryFlag("kubectl dra-exporter", "kubectl-dra_exporter", cmds, "", args, stdout, stderr)
 	}
-	return dispatch("kubectl dra", cmds, list, args[0], args[1:], stdout, stderr)
+	return dispatch("kubectl dra-exporter", cmds, list, args[0], args[1:], stdout, stderr)
 }
 
 // dispatch runs the command name of cmds; "help" lists them, "help

@@ -12,8 +12,8 @@ import (
 
 func TestPluginName(t *testing.T) {
 	for argv0, want := range map[string]bool{
-		"kubectl-dra": true, "/usr/local/bin/kubectl-dra": true, `C:\krew\bin\kubectl-dra.exe`: false, "kubectl-dra.exe": true,
-		"dra-exporter": false, "/bin/dra-exporter": false, "kubectl-dra-old": false,
+		"kubectl-dra_exporter": true, "/usr/local/bin/kubectl-dra_exporter": true, `C:\krew\bin\kubectl-dra_exporter.exe`: false, "kubectl-dra_exporter.exe": true,
+		"dra-exporter": false, "/bin/dra-exporter": false, "kubectl-dra_exporter-old": false,
 	} {
 		if got := isPlugin(argv0); got != want {
 			t.Errorf("isPlugin(%q) = %v, want %v", argv0, got, want)
@@ -21,7 +21,7 @@ func TestPluginName(t *testing.T) {
 	}
 }
 
-// TestPluginCommands: as kubectl-dra the binary answers explain, gates,
+// TestPluginCommands: as kubectl-dra_exporter the binary answers explain, gates,
 // bundle and version, named as the user typed them, and refuses the
 // exporter's own commands.
 func TestPluginCommands(t *testing.T) {
@@ -30,27 +30,27 @@ func TestPluginCommands(t *testing.T) {
 		rc   int
 		want string
 	}{
-		{nil, 2, "usage: kubectl dra <command> [<args> ...]"},
+		{nil, 2, "usage: kubectl dra-exporter <command> [<args> ...]"},
 		{[]string{"--help"}, 0, "Show help."},
 		{[]string{"help"}, 0, "\ngates\n"},
-		{[]string{"serve"}, 2, `kubectl dra: error: unknown command "serve"`},
+		{[]string{"serve"}, 2, `kubectl dra-exporter: error: unknown command "serve"`},
 		{[]string{"node"}, 2, `unknown command "node"`},
 		{[]string{"help", "node"}, 2, `unknown command "node"`},
-		{[]string{"gates", "-h"}, 0, "usage: kubectl dra gates [<flags>] [NAMESPACE]"},
-		{[]string{"help", "gates"}, 0, "usage: kubectl dra gates [<flags>] [NAMESPACE]"},
-		{[]string{"gates"}, 2, "kubectl dra gates: error: the canary's namespace is required: NAMESPACE or -n NAMESPACE"},
-		{[]string{"gates", "a", "-n", "b"}, 2, `kubectl dra gates: error: namespace "a" and -n "b" differ`},
-		{[]string{"bundle", "-h"}, 0, "usage: kubectl dra bundle --output=FILE"},
-		{[]string{"explain", "--help"}, 0, "usage: kubectl dra explain [<flags>] NAMESPACE/POD"},
-		{[]string{"explain", "ns/pod", "--from", "/nonexistent/objects.yaml"}, 3, "kubectl dra explain: "},
-		{[]string{"explain", "-n", "ns", "pod", "--from", "/nonexistent/objects.yaml"}, 3, "kubectl dra explain: "},
+		{[]string{"gates", "-h"}, 0, "usage: kubectl dra-exporter gates [<flags>] [NAMESPACE]"},
+		{[]string{"help", "gates"}, 0, "usage: kubectl dra-exporter gates [<flags>] [NAMESPACE]"},
+		{[]string{"gates"}, 2, "kubectl dra-exporter gates: error: the canary's namespace is required: NAMESPACE or -n NAMESPACE"},
+		{[]string{"gates", "a", "-n", "b"}, 2, `kubectl dra-exporter gates: error: namespace "a" and -n "b" differ`},
+		{[]string{"bundle", "-h"}, 0, "usage: kubectl dra-exporter bundle --output=FILE"},
+		{[]string{"explain", "--help"}, 0, "usage: kubectl dra-exporter explain [<flags>] NAMESPACE/POD"},
+		{[]string{"explain", "ns/pod", "--from", "/nonexistent/objects.yaml"}, 3, "kubectl dra-exporter explain: "},
+		{[]string{"explain", "-n", "ns", "pod", "--from", "/nonexistent/objects.yaml"}, 3, "kubectl dra-exporter explain: "},
 		{[]string{"explain", "-n", "other", "ns/pod"}, 2, "want NAMESPACE/POD (or POD with -n NAMESPACE)"},
 		{[]string{"version"}, 0, "dra-exporter, version"},
 	} {
 		var out, errOut bytes.Buffer
 		rc := runPlugin(tc.args, &out, &errOut)
 		if rc != tc.rc || !strings.Contains(out.String()+errOut.String(), tc.want) {
-			t.Errorf("kubectl dra %v: exit %d, want %d with %q:\n%s%s", tc.args, rc, tc.rc, tc.want, out.String(), errOut.String())
+			t.Errorf("kubectl dra-exporter %v: exit %d, want %d with %q:\n%s%s", tc.args, rc, tc.rc, tc.want, out.String(), errOut.String())
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	helmchart "github.com/dra-exporter/dra-exporter/deploy/helm"
 	"github.com/dra-exporter/dra-exporter/test/cluster"
@@ -54,14 +55,16 @@ func TestChart(t *testing.T) {
 	create(t, workload(ns, "llm-1", "gpu"))
 	waitPod(t, ns, "llm-1", "Ready", 90*time.Second, ready)
 
+	// The example driver's node has none of the labels the agent's default
+	// affinity knows GPU nodes by: label it as docs/install.md tells users
+	// to label such a node.
+	labelGPUNode(t)
 	const release, chartNS = "dra-exporter-chart", "dra-chart"
 	install := exec.CommandContext(ctx, helm, "install", release, repoPath("deploy/helm/dra-exporter"),
 		"--kubeconfig", env.cp.Kubeconfig, "--namespace", chartNS, "--create-namespace",
 		"--set", "image.repository="+repo, "--set", "image.tag="+tag, "--set", "image.pullPolicy=Never",
 		"--set", "nodeAgent.image.repository="+agentRepo, "--set", "nodeAgent.image.tag="+agentTag,
-		"--set", "nodeAgent.image.pullPolicy=Never", "--set", "nodeAgent.hostPID=true",
-		// The GPU Operator's label is not on this node.
-		"--set", "nodeAgent.nodeSelector=null", "--set", "serviceMonitor.enabled=false",
+		"--set", "nodeAgent.image.pullPolicy=Never", "--set", "serviceMonitor.enabled=false",
 		"--set", "prometheusRule.enabled=false", "--set", "dashboards.enabled=false",
 		"--wait", "--timeout", "3m")
 	if out, err := install.CombinedOutput(); err != nil {
@@ -173,4 +176,14 @@ func podsOf(ns string) string {
 		b.WriteString(describe(&pods.Items[i]))
 	}
 	return b.String()
+}
+
+// labelGPUNode labels the real node nvidia.com/gpu.present=true, as GPU
+// Feature Discovery does and docs/install.md says to where it does not run.
+func labelGPUNode(t *testing.T) {
+	t.Helper()
+	patch := []byte(`{"metadata":{"labels":{"nvidia.com/gpu.present":"true"}}}`)
+	if _, err := env.cp.Client.CoreV1().Nodes().Patch(context.Background(), env.node.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -20,7 +20,7 @@ import (
 
 // The evidence gates on the real node: the real Prometheus of the harness
 // scrapes the exporter and the node agent and evaluates rules/gates.yaml,
-// and `kubectl dra gates` (the exporter binary started as kubectl-dra)
+// and `kubectl dra-exporter gates` (the exporter binary started as kubectl-dra_exporter)
 // reads the verdict from it.
 
 // gatesOutput is what one run of the gates command gave.
@@ -58,14 +58,14 @@ func kubectlDRA(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	link := filepath.Join(t.TempDir(), "kubectl-dra")
+	link := filepath.Join(t.TempDir(), "kubectl-dra_exporter")
 	if err := os.Symlink(bin, link); err != nil {
 		t.Fatal(err)
 	}
 	return link
 }
 
-// runGates runs `kubectl dra gates` with args, text then JSON.
+// runGates runs `kubectl dra-exporter gates` with args, text then JSON.
 func runGates(t *testing.T, plugin string, args ...string) gatesOutput {
 	t.Helper()
 	var g gatesOutput
@@ -81,11 +81,11 @@ func runGates(t *testing.T, plugin string, args ...string) gatesOutput {
 			// recorded yet: gatesUntil asks again), 4 PARTIAL; 2 is a usage
 			// error.
 			if exit.ExitCode() == 2 || exit.ExitCode() > 4 {
-				t.Fatalf("kubectl dra gates %v: exit %d: %s\n%s", args, exit.ExitCode(), exit.Stderr, out)
+				t.Fatalf("kubectl dra-exporter gates %v: exit %d: %s\n%s", args, exit.ExitCode(), exit.Stderr, out)
 			}
 			return string(out), exit.ExitCode()
 		case err != nil:
-			t.Fatalf("kubectl dra gates %v: %v", args, err)
+			t.Fatalf("kubectl dra-exporter gates %v: %v", args, err)
 		}
 		return string(out), 0
 	}
@@ -149,7 +149,7 @@ func negativeControlPod(ns, name, template string) *corev1.Pod {
 // kubelet prepares and CDI gives its device, whose readiness passes and
 // whose GPU moves (the agent's recording puts the container's real PID on
 // its device), passes the api, node and workload gates, beside a negative
-// control that stays Pending: `kubectl dra gates` exits 0. The evidence
+// control that stays Pending: `kubectl dra-exporter gates` exits 0. The evidence
 // bundle of the same cluster, with the agent's /metrics, passes the api and
 // node gates offline.
 func TestGatesCanaryPasses(t *testing.T) {
@@ -177,7 +177,7 @@ func TestGatesCanaryPasses(t *testing.T) {
 		}
 		return nil
 	}, args...)
-	t.Logf("kubectl dra gates %s:\n%s", strings.Join(args, " "), g.text)
+	t.Logf("kubectl dra-exporter gates %s:\n%s", strings.Join(args, " "), g.text)
 	for _, gate := range []string{"api", "node", "workload"} {
 		if state, reason := g.gate("canary", gate); state != "PASS" {
 			t.Errorf("gate %s: %s %s, want PASS", gate, state, reason)
@@ -197,7 +197,7 @@ func TestGatesCanaryPasses(t *testing.T) {
 	out, err := exec.CommandContext(ctx, plugin, "bundle", "-o", path, "--kubeconfig", env.kubeconfig,
 		"--agent.selector=", "--agent.url", env.agent.URL+"/metrics").CombinedOutput()
 	if err != nil {
-		t.Fatalf("kubectl dra bundle: %v\n%s", err, out)
+		t.Fatalf("kubectl dra-exporter bundle: %v\n%s", err, out)
 	}
 	for _, want := range []string{"saved:   pods", "saved:   resourceslices", "saved:   /metrics of node agent " + env.agent.URL + "/metrics (4)", "skipped: clusterpolicies.nvidia.com"} {
 		if !strings.Contains(string(out), want) {
@@ -209,14 +209,14 @@ func TestGatesCanaryPasses(t *testing.T) {
 	offline, err := exec.CommandContext(ctx, plugin, "gates", ns, "--from", path, "-l", "app=canary").Output()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 4 {
-		t.Fatalf("kubectl dra gates --from: want exit 4 (PARTIAL), got %v\n%s", err, offline)
+		t.Fatalf("kubectl dra-exporter gates --from: want exit 4 (PARTIAL), got %v\n%s", err, offline)
 	}
 	for _, want := range []string{"  api       PASS", "  node      PASS", "  workload  NOT_EVALUATED", "HOLDS selector_matches_nothing", "Verdict: PARTIAL"} {
 		if !strings.Contains(string(offline), want) {
 			t.Errorf("offline gates lack %q:\n%s", want, offline)
 		}
 	}
-	t.Logf("kubectl dra gates %s --from bundle.tar.gz -l app=canary:\n%s", ns, offline)
+	t.Logf("kubectl dra-exporter gates %s --from bundle.tar.gz -l app=canary:\n%s", ns, offline)
 }
 
 // TestGatesPrepareFailure: the real kubelet's NodePrepareResources fails on
@@ -238,7 +238,7 @@ func TestGatesPrepareFailure(t *testing.T) {
 		}
 		return nil
 	}, args...)
-	t.Logf("kubectl dra gates %s:\n%s", strings.Join(args, " "), g.text)
+	t.Logf("kubectl dra-exporter gates %s:\n%s", strings.Join(args, " "), g.text)
 	if state, _ := g.gate("canary", "api"); state != "PASS" {
 		t.Errorf("api gate %s, want PASS: the claim is allocated and reserved, the pod bound", state)
 	}
@@ -269,7 +269,7 @@ func TestGatesReadinessFailure(t *testing.T) {
 		}
 		return nil
 	}, args...)
-	t.Logf("kubectl dra gates %s:\n%s", strings.Join(args, " "), g.text)
+	t.Logf("kubectl dra-exporter gates %s:\n%s", strings.Join(args, " "), g.text)
 	if v := g.report.Verdict; v.Gate != "workload" || !strings.Contains(v.Owner, "inference owner") {
 		t.Errorf("verdict %+v, want the workload gate, owned by the inference owner", v)
 	}
@@ -296,5 +296,5 @@ func TestGatesNegativeControlAllocated(t *testing.T) {
 	if g.rc != 1 || !strings.Contains(g.text, "BROKEN ") || g.report.Verdict.Gate != "api" || !strings.Contains(g.text, "negative control "+ns+"/control is broken") {
 		t.Errorf("gates: exit %d, want 1 with the control broken:\n%s", g.rc, g.text)
 	}
-	t.Logf("kubectl dra gates %s:\n%s", ns, g.text)
+	t.Logf("kubectl dra-exporter gates %s:\n%s", ns, g.text)
 }
