@@ -183,7 +183,7 @@ func TestKubeletRestart(t *testing.T) {
 	end := time.Now()
 	states, spans := api.Stop(t)
 	t.Logf("the API's Ready conditions from %s:\n  %s", restarted.Format("15:04:05.000"), strings.Join(states, "\n  "))
-	t.Logf("the kubelet's probe results after its restart:\n  %s", strings.Join(logLines(cluster.Tail(env.node.KubeletLog(), 400), "prober", ns), "\n  "))
+	t.Logf("the kubelet's probe results after its restart:\n  %s", strings.Join(logLines(cluster.Tail(env.node.KubeletLog(), 1<<20), `"SyncLoop (probe)"`, `pod="`+ns+`/`), "\n  "))
 
 	page := alertFor(t, "DRAPodBlockedApplication")
 	for _, pod := range pods {

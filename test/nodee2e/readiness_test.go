@@ -65,6 +65,9 @@ func recordReadiness(t *testing.T, ns string) *readiness {
 					r.observe(p, time.Now())
 				}
 			case apiwatch.Error:
+				if ctx.Err() != nil {
+					return // Stop ended the watch
+				}
 				r.mu.Lock()
 				r.err = fmt.Errorf("pod watch: %v", ev.Object)
 				r.mu.Unlock()
@@ -115,12 +118,15 @@ func (r *readiness) notReadyWithin(pod string, from, to time.Time) bool {
 // test's log, failing the test if the watch broke (a gap in the record).
 func (r *readiness) Stop(t *testing.T) (states []string, spans map[string][]span) {
 	t.Helper()
+	r.mu.Lock()
+	err := r.err
+	r.mu.Unlock()
 	r.stop()
 	<-r.done
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.err != nil {
-		t.Errorf("the API's readiness record has a gap: %v", r.err)
+	if err != nil {
+		t.Errorf("the API's readiness record has a gap: %v", err)
 	}
 	return r.states, r.spans
 }
