@@ -276,6 +276,23 @@ gpu-check: build ## Verify the node agent on a GPU host: writes bin/gpu-check.sh
 	bash cmd/dra-exporter/gpu-check.sh --bundle $(BIN) $(GPU_CHECK)
 	$(GPU_CHECK) $(if $(FAKE),--fake $(abspath $(FAKE))) $(GPU_CHECK_ARGS)
 
+# Argo Rollouts: the real controller runs deploy/rollouts/argo-analysistemplate.yaml against the
+# real node (test/nodee2e/rollouts_test.go); its CRDs are read from the module's manifests/crds.
+# The upstream go.mod asks for go 1.26.10: GOTOOLCHAIN=auto fetches that toolchain (a module of the
+# proxy) when the installed go is older.
+ARGO_ROLLOUTS_VERSION := v1.10.2
+ARGO_ROLLOUTS := $(CACHE)/argo-rollouts/$(ARGO_ROLLOUTS_VERSION)/rollouts-controller
+export DRA_ARGO_ROLLOUTS := $(ARGO_ROLLOUTS)
+
+$(ARGO_ROLLOUTS): tools/argo-rollouts/go.mod tools/argo-rollouts/go.sum
+	@echo ">> building rollouts-controller $(ARGO_ROLLOUTS_VERSION) (cold: see docs/testing.md)"
+	mkdir -p $(dir $@)
+	cd tools/argo-rollouts && GOTOOLCHAIN=auto $(GO) build -ldflags '-s -w' -o $@.tmp github.com/argoproj/argo-rollouts/cmd/rollouts-controller
+	mv $@.tmp $@
+
+.PHONY: argo-rollouts
+argo-rollouts: $(ARGO_ROLLOUTS) ## Build the Argo Rollouts controller (cached) for the rollout test of the real node.
+
 .PHONY: clean
 clean: ## Remove bin/ (the .cache/ builds stay; rm -rf .cache to rebuild them).
 	rm -rf bin
