@@ -293,6 +293,22 @@ $(ARGO_ROLLOUTS): tools/argo-rollouts/go.mod tools/argo-rollouts/go.sum
 .PHONY: argo-rollouts
 argo-rollouts: $(ARGO_ROLLOUTS) ## Build the Argo Rollouts controller (cached) for the rollout test of the real node.
 
+# Flagger: the real operator runs deploy/rollouts/flagger-metrictemplate.yaml with its kubernetes
+# provider against the real node (test/nodee2e/flagger_test.go); its CRDs are read from the
+# module's artifacts/flagger/crd.yaml.
+FLAGGER_VERSION := v1.36.1
+FLAGGER := $(CACHE)/flagger/$(FLAGGER_VERSION)/flagger
+export DRA_FLAGGER := $(FLAGGER)
+
+$(FLAGGER): tools/flagger/go.mod tools/flagger/go.sum
+	@echo ">> building flagger $(FLAGGER_VERSION) (cold: see docs/testing.md)"
+	mkdir -p $(dir $@)
+	cd tools/flagger && $(GO) build -ldflags '-s -w' -o $@.tmp github.com/fluxcd/flagger/cmd/flagger
+	mv $@.tmp $@
+
+.PHONY: flagger
+flagger: $(FLAGGER) ## Build Flagger (cached) for the rollout test of the real node.
+
 .PHONY: clean
 clean: ## Remove bin/ (the .cache/ builds stay; rm -rf .cache to rebuild them).
 	rm -rf bin
