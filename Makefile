@@ -309,6 +309,14 @@ $(FLAGGER): tools/flagger/go.mod tools/flagger/go.sum
 .PHONY: flagger
 flagger: $(FLAGGER) ## Build Flagger (cached) for the rollout test of the real node.
 
+# The rollout test (test/nodee2e/rollouts_test.go) runs inside the real node's network namespace,
+# which has no network: the modules whose CRDs it applies must be in the module cache first.
+PROM_OPERATOR_MODULE := github.com/prometheus-operator/prometheus-operator@v0.90.1
+
+.PHONY: rollouts
+rollouts: $(ARGO_ROLLOUTS) $(FLAGGER) ## Build Argo Rollouts and Flagger (cached) and fetch the CRDs the rollout test applies (prometheus-operator's).
+	$(GO) mod download $(PROM_OPERATOR_MODULE)
+
 .PHONY: clean
 clean: ## Remove bin/ (the .cache/ builds stay; rm -rf .cache to rebuild them).
 	rm -rf bin

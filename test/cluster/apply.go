@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -24,7 +25,8 @@ import (
 )
 
 // The prometheus-operator whose CRDs (ServiceMonitor, PrometheusRule) the
-// tests install, from the Go module cache, not copied into the repository.
+// tests install, from the Go module cache, not copied into the repository
+// (the Makefile's PROM_OPERATOR_MODULE downloads the same).
 const (
 	PromOperatorModule = "github.com/prometheus-operator/prometheus-operator@v0.90.1"
 	PromOperatorCRDs   = "example/prometheus-operator-crd"
@@ -86,20 +88,24 @@ func (a *Applier) Apply(ctx context.Context, obj map[string]any) error {
 	return nil
 }
 
-// InstallCRDs applies the CRD of each file and waits until every one is
-// established.
+// InstallCRDs applies the CRDs of each file (one or more YAML documents)
+// and waits until every one is established.
 func (a *Applier) InstallCRDs(ctx context.Context, files ...string) error {
 	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	var crds []map[string]any
 	for _, f := range files {
-		crd, err := ReadObject(f)
+		objs, err := ReadObjects(f)
 		if err != nil {
 			return err
 		}
+		crds = append(crds, objs...)
+	}
+	for _, crd := range crds {
 		if err := a.Apply(ctx, crd); err != nil {
 			return err
 		}
 		name, _, _ := unstructured.NestedString(crd, "metadata", "name")
-		err = WaitFor(ctx, 30*time.Second, "CRD "+name+" established", func(ctx context.Context) (bool, error) {
+		err := WaitFor(ctx, 30*time.Second, "CRD "+name+" established", func(ctx context.Context) (bool, error) {
 			got, err := a.Dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
 			if err != nil {
 				return false, nil
@@ -126,7 +132,7 @@ func (a *Applier) InstallCRDs(ctx context.Context, files ...string) error {
 func PromOperatorCRDFiles(ctx context.Context, names ...string) ([]string, error) {
 	out, err := exec.CommandContext(ctx, "go", "mod", "download", "-json", PromOperatorModule).Output()
 	if err != nil {
-		return nil, fmt.Errorf("go mod download %s: %w", PromOperatorModule, err)
+		return nil, fmt.Errorf("go mod download %s: %w (without network, as inside the real node's namespace, `make rollouts` downloads it first)", PromOperatorModule, err)
 	}
 	var mod struct{ Dir, Error string }
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
@@ -137,6 +143,26 @@ func PromOperatorCRDFiles(ctx context.Context, names ...string) ([]string, error
 		paths[i] = filepath.Join(mod.Dir, PromOperatorCRDs, n)
 	}
 	return paths, nil
+}
+
+// ReadObjects reads the YAML documents of a file (separated by "---"
+// lines), empty ones left out.
+func ReadObjects(path string) ([]map[string]any, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var objs []map[string]any
+	for i, doc := range strings.Split("\n"+string(data), "\n---") {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			return nil, fmt.Errorf("%s, document %d: %w", path, i+1, err)
+		}
+		if len(obj) > 0 {
+			objs = append(objs, obj)
+		}
+	}
+	return objs, nil
 }
 
 // ReadObject reads one YAML object.
