@@ -174,14 +174,14 @@ test: ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a re
 
 .PHONY: test-lane-tools test-lane-unit
 test-lane-tools:
-	$(MAKE) --no-print-directory -j1 controlplane tools helm node-bins release-test
+	$(MAKE) --no-print-directory -j1 controlplane tools helm node-bins rollouts release-test
 
 test-lane-unit:
 	$(MAKE) --no-print-directory -j1 build node-packages lint test-race image-test
 	time $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e '/test/nodee2e$$' $(foreach p,$(TOOL_PKGS),-e '$(patsubst ./%/,/%$$,$(patsubst ./%/...,/%,$(p)))'))
 
 .PHONY: test-node
-test-node: build controlplane tools helm node-bins node-packages image ## Run only the real node's tests (test/nodee2e: kubelet, containerd, dra-example-driver).
+test-node: build controlplane tools helm node-bins rollouts node-packages image ## Run only the real node's tests (test/nodee2e: kubelet, containerd, dra-example-driver).
 	$(GO) test -count=1 -timeout 20m -v ./test/nodee2e/
 
 .PHONY: test-unit
@@ -290,6 +290,47 @@ GPU_CHECK := $(CURDIR)/bin/gpu-check.sh
 gpu-check: build ## Verify the node agent on a GPU host: writes bin/gpu-check.sh (the script and the binary in one file, to copy to a GPU host) and runs it here; FAKE=fake.json runs it on a simulated node.
 	bash cmd/dra-exporter/gpu-check.sh --bundle $(BIN) $(GPU_CHECK)
 	$(GPU_CHECK) $(if $(FAKE),--fake $(abspath $(FAKE))) $(GPU_CHECK_ARGS)
+
+# Argo Rollouts: the real controller runs deploy/rollouts/argo-analysistemplate.yaml against the
+# real node (test/nodee2e/rollouts_test.go); its CRDs are read from the module's manifests/crds.
+# The upstream go.mod asks for go 1.26.10: GOTOOLCHAIN=auto fetches that toolchain (a module of the
+# proxy) when the installed go is older.
+ARGO_ROLLOUTS_VERSION := v1.10.2
+ARGO_ROLLOUTS := $(CACHE)/argo-rollouts/$(ARGO_ROLLOUTS_VERSION)/rollouts-controller
+export DRA_ARGO_ROLLOUTS := $(ARGO_ROLLOUTS)
+
+$(ARGO_ROLLOUTS): tools/argo-rollouts/go.mod tools/argo-rollouts/go.sum
+	@echo ">> building rollouts-controller $(ARGO_ROLLOUTS_VERSION) (cold: see docs/testing.md)"
+	mkdir -p $(dir $@)
+	cd tools/argo-rollouts && GOTOOLCHAIN=auto $(GO) build -ldflags '-s -w' -o $@.tmp github.com/argoproj/argo-rollouts/cmd/rollouts-controller
+	mv $@.tmp $@
+
+.PHONY: argo-rollouts
+argo-rollouts: $(ARGO_ROLLOUTS) ## Build the Argo Rollouts controller (cached) for the rollout test of the real node.
+
+# Flagger: the real operator runs deploy/rollouts/flagger-metrictemplate.yaml with its kubernetes
+# provider against the real node (test/nodee2e/flagger_test.go); its CRDs are read from the
+# module's artifacts/flagger/crd.yaml.
+FLAGGER_VERSION := v1.36.1
+FLAGGER := $(CACHE)/flagger/$(FLAGGER_VERSION)/flagger
+export DRA_FLAGGER := $(FLAGGER)
+
+$(FLAGGER): tools/flagger/go.mod tools/flagger/go.sum
+	@echo ">> building flagger $(FLAGGER_VERSION) (cold: see docs/testing.md)"
+	mkdir -p $(dir $@)
+	cd tools/flagger && $(GO) build -ldflags '-s -w' -o $@.tmp github.com/fluxcd/flagger/cmd/flagger
+	mv $@.tmp $@
+
+.PHONY: flagger
+flagger: $(FLAGGER) ## Build Flagger (cached) for the rollout test of the real node.
+
+# The rollout test (test/nodee2e/rollouts_test.go) runs inside the real node's network namespace,
+# which has no network: the modules whose CRDs it applies must be in the module cache first.
+PROM_OPERATOR_MODULE := github.com/prometheus-operator/prometheus-operator@v0.90.1
+
+.PHONY: rollouts
+rollouts: $(ARGO_ROLLOUTS) $(FLAGGER) ## Build Argo Rollouts and Flagger (cached) and fetch the CRDs the rollout test applies (prometheus-operator's).
+	$(GO) mod download $(PROM_OPERATOR_MODULE)
 
 .PHONY: clean
 clean: ## Remove bin/ (the .cache/ builds stay; rm -rf .cache to rebuild them).

@@ -263,26 +263,35 @@ func (p *Prometheus) Alerts(ctx context.Context) ([]Alert, error) {
 	return body.Data.Alerts, nil
 }
 
+// ruleGroups is /api/v1/rules: the groups and rules Prometheus loaded.
+type ruleGroups []struct {
+	Name  string `json:"name"`
+	Rules []struct {
+		Name      string `json:"name"`
+		Health    string `json:"health"`
+		LastError string `json:"lastError"`
+	} `json:"rules"`
+}
+
+func (p *Prometheus) rules(ctx context.Context) (ruleGroups, error) {
+	var body struct {
+		Data struct {
+			Groups ruleGroups `json:"groups"`
+		} `json:"data"`
+	}
+	err := p.get(ctx, "/api/v1/rules", &body)
+	return body.Data.Groups, err
+}
+
 // RuleHealth returns the rules whose last evaluation failed, as
 // "group/rule: error".
 func (p *Prometheus) RuleHealth(ctx context.Context) ([]string, error) {
-	var body struct {
-		Data struct {
-			Groups []struct {
-				Name  string `json:"name"`
-				Rules []struct {
-					Name      string `json:"name"`
-					Health    string `json:"health"`
-					LastError string `json:"lastError"`
-				} `json:"rules"`
-			} `json:"groups"`
-		} `json:"data"`
-	}
-	if err := p.get(ctx, "/api/v1/rules", &body); err != nil {
+	groups, err := p.rules(ctx)
+	if err != nil {
 		return nil, err
 	}
 	var bad []string
-	for _, g := range body.Data.Groups {
+	for _, g := range groups {
 		for _, r := range g.Rules {
 			if r.Health == "err" {
 				bad = append(bad, g.Name+"/"+r.Name+": "+r.LastError)
@@ -290,6 +299,22 @@ func (p *Prometheus) RuleHealth(ctx context.Context) ([]string, error) {
 		}
 	}
 	return bad, nil
+}
+
+// RuleNames returns the rules Prometheus loaded, as "group/rule" in the
+// order of its rules API (the files' order).
+func (p *Prometheus) RuleNames(ctx context.Context) ([]string, error) {
+	groups, err := p.rules(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, g := range groups {
+		for _, r := range g.Rules {
+			names = append(names, g.Name+"/"+r.Name)
+		}
+	}
+	return names, nil
 }
 
 // Query runs an instant query and returns the number of series.

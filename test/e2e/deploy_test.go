@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,28 +16,14 @@ import (
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/discovery/cached/memory"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/dra-exporter/dra-exporter/deploy/helm"
 	"github.com/dra-exporter/dra-exporter/test/cluster"
-)
-
-// The prometheus-operator whose CRDs the apply test installs (from the Go
-// module cache, not copied into the repository).
-const (
-	promOperatorModule = "github.com/prometheus-operator/prometheus-operator@v0.90.1"
-	promOperatorCRDs   = "example/prometheus-operator-crd"
 )
 
 // TestDeployApply applies what users apply, the README's kubectl path
@@ -231,46 +216,22 @@ func TestChartAccountsReadOnly(t *testing.T) {
 	}
 }
 
-// applier applies unstructured objects by server-side apply.
-type applier struct {
-	dyn    dynamic.Interface
-	mapper *restmapper.DeferredDiscoveryRESTMapper
-}
+// applier is cluster.Applier failing the test on an error.
+type applier struct{ *cluster.Applier }
 
 func newApplier(t *testing.T) *applier {
 	t.Helper()
-	dyn, err := dynamic.NewForConfig(env.cp.Admin)
+	a, err := cluster.NewApplier(env.cp.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	disc, err := discovery.NewDiscoveryClientForConfig(env.cp.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &applier{dyn: dyn, mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))}
+	return &applier{a}
 }
 
 func (a *applier) apply(ctx context.Context, t *testing.T, obj map[string]any) {
 	t.Helper()
-	u := &unstructured.Unstructured{Object: obj}
-	gvk := u.GroupVersionKind()
-	m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		t.Fatalf("%s %s: %v", gvk.Kind, u.GetName(), err)
-	}
-	var r dynamic.ResourceInterface = a.dyn.Resource(m.Resource)
-	if m.Scope.Name() == meta.RESTScopeNameNamespace {
-		r = a.dyn.Resource(m.Resource).Namespace(u.GetNamespace())
-	}
-	body, err := json.Marshal(obj)
-	if err != nil {
+	if err := a.Apply(ctx, obj); err != nil {
 		t.Fatal(err)
-	}
-	_, err = r.Patch(ctx, u.GetName(), types.ApplyPatchType, body, metav1.PatchOptions{
-		FieldManager: "dra-e2e", Force: ptr.To(true), FieldValidation: "Strict",
-	})
-	if err != nil {
-		t.Fatalf("apply %s %s/%s: %v", gvk.Kind, u.GetNamespace(), u.GetName(), err)
 	}
 }
 
@@ -278,48 +239,20 @@ func (a *applier) apply(ctx context.Context, t *testing.T, obj map[string]any) {
 // until they are established.
 func (a *applier) installCRDs(ctx context.Context, t *testing.T, files ...string) {
 	t.Helper()
-	out, err := exec.CommandContext(ctx, "go", "mod", "download", "-json", promOperatorModule).Output()
+	paths, err := cluster.PromOperatorCRDFiles(ctx, files...)
+	if err == nil {
+		err = a.InstallCRDs(ctx, paths...)
+	}
 	if err != nil {
-		t.Fatalf("go mod download %s: %v", promOperatorModule, err)
+		t.Fatal(err)
 	}
-	var mod struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-		t.Fatalf("go mod download %s: %s %v", promOperatorModule, mod.Error, err)
-	}
-	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
-	for _, f := range files {
-		crd := readObject(t, filepath.Join(mod.Dir, promOperatorCRDs, f))
-		a.apply(ctx, t, crd)
-		name, _, _ := unstructured.NestedString(crd, "metadata", "name")
-		err := cluster.WaitFor(ctx, 30*time.Second, "CRD "+name+" established", func(ctx context.Context) (bool, error) {
-			got, err := a.dyn.Resource(crdGVR).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-			for _, c := range conds {
-				if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
-					return true, nil
-				}
-			}
-			return false, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	a.mapper.Reset()
 }
 
 func readObject(t *testing.T, path string) map[string]any {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	obj, err := cluster.ReadObject(path)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var obj map[string]any
-	if err := yaml.Unmarshal(data, &obj); err != nil {
-		t.Fatalf("%s: %v", path, err)
 	}
 	return obj
 }

@@ -184,6 +184,6 @@ func labelGPUNode(t *testing.T) {
 	t.Helper()
 	patch := []byte(`{"metadata":{"labels":{"nvidia.com/gpu.present":"true"}}}`)
 	if _, err := env.cp.Client.CoreV1().Nodes().Patch(context.Background(), env.node.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
+		t.Fatalf("label node %s: %v", env.node.Name, err)
 	}
 }

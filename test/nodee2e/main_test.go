@@ -178,6 +178,11 @@ type GPUProcess struct {
 // the driver's ResourceSlice (its uuid, index and model), busy where procs
 // run. The recorded source reads the file again on every scrape.
 func writeRecording(ctx context.Context, procs []GPUProcess) error {
+	return writeRecordingTo(ctx, env.recording, procs)
+}
+
+// writeRecordingTo writes such a recording to path.
+func writeRecordingTo(ctx context.Context, path string, procs []GPUProcess) error {
 	slice, err := env.node.Slice(ctx)
 	if err != nil {
 		return err
@@ -204,9 +209,9 @@ func writeRecording(ctx context.Context, procs []GPUProcess) error {
 	if err != nil {
 		return err
 	}
-	tmp := env.recording + ".tmp"
+	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, raw, 0o644); err != nil {
 		return err
 	}
-	return os.Rename(tmp, env.recording)
+	return os.Rename(tmp, path)
 }
