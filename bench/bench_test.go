@@ -21,6 +21,7 @@ import (
 
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
 )
@@ -71,7 +72,7 @@ func (g *guard) record(b *testing.B, claims int) {
 const unreservedGrace = 5 * time.Minute
 
 // clusterCollectors is the serve command's list with its default flags.
-func clusterCollectors() []collector.Collector {
+func clusterCollectors() []engine.Collector {
 	return collector.ClusterCollectors(collector.Config{
 		AttributeLabels: collector.DefaultAttributeLabels,
 		UnreservedGrace: unreservedGrace,
@@ -258,7 +259,7 @@ func BenchmarkScrapeAfterChange(b *testing.B) {
 // the blocked collector (the decision tree), so that the rest of a scrape
 // can be measured at sizes where classification is too slow to run.
 func BenchmarkScrapeExceptBlocked(b *testing.B) {
-	var cs []collector.Collector
+	var cs []engine.Collector
 	for _, c := range clusterCollectors() {
 		if c.Name() != "blocked" {
 			cs = append(cs, c)
@@ -331,7 +332,7 @@ func podReady(p *corev1.Pod) bool {
 // benchmarkScrape scrapes each size: with no kinds, an unchanged index;
 // with kinds, one sub-benchmark per kind that re-applies its object
 // before each scrape. The size guard follows the first kind.
-func benchmarkScrape(b *testing.B, collectors []collector.Collector, kinds []string) {
+func benchmarkScrape(b *testing.B, collectors []engine.Collector, kinds []string) {
 	var g guard
 	for _, size := range sizes {
 		b.Run(size.name, func(b *testing.B) {
@@ -358,9 +359,9 @@ func benchmarkScrape(b *testing.B, collectors []collector.Collector, kinds []str
 // scrapeLoop times scrapes of the fixture's index; the versions of the
 // changed object, when set, take turns before each (a change of content:
 // the index leaves out a write that changes nothing it holds).
-func scrapeLoop(b *testing.B, f *fixture, collectors []collector.Collector, versions [2]any) {
+func scrapeLoop(b *testing.B, f *fixture, collectors []engine.Collector, versions [2]any) {
 	ix := f.index(b)
-	exp := collector.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), collectors...)
+	exp := engine.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), collectors...)
 	var res scrapeResult
 	collectorSeconds := map[string]float64{}
 	// The first scrape renders everything, outside the timer: what the
@@ -414,7 +415,7 @@ func BenchmarkScrapeFormats(b *testing.B) {
 						name = "claim/" + format
 					}
 					b.Run(name, func(b *testing.B) {
-						exp := collector.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), clusterCollectors()...)
+						exp := engine.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), clusterCollectors()...)
 						write := scrapeFormat(b, exp, format)
 						write()
 						versions := [2]any{changed, obj}
@@ -443,7 +444,7 @@ var formatBuf bytes.Buffer
 
 // scrapeFormat returns a function that writes one scrape of exp in the
 // format into formatBuf.
-func scrapeFormat(b *testing.B, exp *collector.Exporter, format string) func() {
+func scrapeFormat(b *testing.B, exp *engine.Exporter, format string) func() {
 	switch format {
 	case "text":
 		return func() {
@@ -531,10 +532,10 @@ type scrapeResult struct {
 var scrapeBuf []byte
 
 // scrape renders the exporter's families as /metrics does (the fast text
-// path, collector.Exporter.TextFamilies) and counts them. It fails when a
+// path, engine.Exporter.TextFamilies) and counts them. It fails when a
 // collector reports failure, so that a benchmark never measures a scrape
 // that lost a collector.
-func scrape(x *collector.Exporter) (scrapeResult, error) {
+func scrape(x *engine.Exporter) (scrapeResult, error) {
 	res := scrapeResult{collectorSeconds: map[string]float64{}, families: map[string]int{}}
 	for _, f := range x.TextFamilies(false) {
 		// Written out, as the handler writes it (into a buffer kept

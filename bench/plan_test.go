@@ -5,8 +5,8 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 )
 
 // TestGeneratorShapes checks that the generated cluster classifies as
@@ -97,7 +97,7 @@ func TestGeneratorShapes(t *testing.T) {
 	}
 
 	// A scrape emits every family with the sizes above.
-	res, err := scrape(collector.NewExporter(f.index(t), f.now, true, slog.New(slog.DiscardHandler), clusterCollectors()...))
+	res, err := scrape(engine.NewExporter(f.index(t), f.now, true, slog.New(slog.DiscardHandler), clusterCollectors()...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/shard"
@@ -52,7 +52,7 @@ func BenchmarkShardScrape(b *testing.B) {
 						}
 					}
 					after := heapInUse()
-					exp := collector.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), clusterCollectors()...).Shard(v.shard)
+					exp := engine.NewExporter(ix, f.now, true, slog.New(slog.DiscardHandler), clusterCollectors()...).Shard(v.shard)
 					var res scrapeResult
 					for b.Loop() {
 						var err error

@@ -4,18 +4,20 @@ import (
 	"time"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
-var podBlocked = newDef("dra_pod_blocked", typeGauge,
+var podBlocked = family.New("dra_pod_blocked", family.TypeGauge,
 	"A DRA pod that is not Ready, with the first failing link of the decision tree and the layer that owns it.",
 	"namespace", "pod", "pod_uid", "claim", "device_class", "node", "device", "layer", "reason").
-	doc("One series per pod; device_class is the class of the failing request (of the allocated device for node and application reasons), device the first device of the failing claim. 1 while blocked.")
+	WithDoc("One series per pod; device_class is the class of the failing request (of the allocated device for node and application reasons), device the first device of the failing claim. 1 while blocked.")
 
-var podLowerPriorityHolders = newDef("dra_pod_lower_priority_holders", typeGauge,
+var podLowerPriorityHolders = family.New("dra_pod_lower_priority_holders", family.TypeGauge,
 	"Pods of lower priority holding the devices a capacity_exhausted pod waits for.",
 	"namespace", "pod", "pod_uid", "claim", "device_class").
-	doc("The scheduler does not preempt pods to free DRA devices, so preemption will not help such a pod: a device must be freed by hand or by a queue. Only for pods blocked with reason capacity_exhausted that have such holders.")
+	WithDoc("The scheduler does not preempt pods to free DRA devices, so preemption will not help such a pod: a device must be freed by hand or by a queue. Only for pods blocked with reason capacity_exhausted that have such holders.")
 
 type blockedCollector struct {
 	// verdicts keeps the last verdicts: a scrape walks the tree only for
@@ -24,34 +26,36 @@ type blockedCollector struct {
 }
 
 // NewBlockedCollector exports the blocked-pod classification.
-func NewBlockedCollector() Collector { return blockedCollector{verdicts: &classify.Verdicts{}} }
+func NewBlockedCollector() engine.Collector { return blockedCollector{verdicts: &classify.Verdicts{}} }
 
 func (blockedCollector) Name() string { return "blocked" }
-func (blockedCollector) Defs() []*Def { return []*Def{podBlocked, podLowerPriorityHolders} }
+func (blockedCollector) Defs() []*family.Def {
+	return []*family.Def{podBlocked, podLowerPriorityHolders}
+}
 
-func (c blockedCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
-	updateRows(c, s, e)
+func (c blockedCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
+	engine.UpdateRows(c, s, e)
 	return nil
 }
 
-// eachRow: a blocked pod's series read its verdict alone (the row's key:
+// EachRow: a blocked pod's series read its verdict alone (the row's key:
 // kept while the pod's verdict holds, classify.Verdicts.Kept).
-func (c blockedCollector) eachRow(s *index.Snapshot, rows *rowPass) {
+func (c blockedCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
 	for _, v := range c.verdicts.Kept(s) {
-		if rows.kept(v) {
+		if rows.Kept(v) {
 			continue
 		}
-		e := rows.visit(v, nil)
+		e := rows.Visit(v, nil)
 		if e == nil {
 			continue
 		}
 		p := v.Pod
-		e.gauge(podBlocked, 1, p.Key.Namespace, p.Key.Name, string(p.UID), v.Claim, v.DeviceClass, v.Node, v.Device, string(v.Layer), string(v.Reason))
+		e.Gauge(podBlocked, 1, p.Key.Namespace, p.Key.Name, string(p.UID), v.Claim, v.DeviceClass, v.Node, v.Device, string(v.Layer), string(v.Reason))
 		if v.LowerPriorityHolders > 0 {
-			e.gauge(podLowerPriorityHolders, float64(v.LowerPriorityHolders), p.Key.Namespace, p.Key.Name, string(p.UID), v.Claim, v.DeviceClass)
+			e.Gauge(podLowerPriorityHolders, float64(v.LowerPriorityHolders), p.Key.Namespace, p.Key.Name, string(p.UID), v.Claim, v.DeviceClass)
 		}
 	}
 }
 
-// inputKinds: a row has no inputs but its key.
-func (blockedCollector) inputKinds() index.Kinds { return 0 }
+// InputKinds: a row has no inputs but its key.
+func (blockedCollector) InputKinds() index.Kinds { return 0 }

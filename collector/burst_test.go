@@ -13,6 +13,7 @@ import (
 	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 
 	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
@@ -31,8 +32,8 @@ func TestBurstBetweenScrapesIsConsistent(t *testing.T) {
 	for i := range gpus {
 		gpus[i] = GPUDevice(fmt.Sprintf("gpu-%d", i), fmt.Sprintf("GPU-%d", i))
 	}
-	collectors := func() []collector.Collector {
-		return []collector.Collector{collector.NewClaimCollector(), collector.NewBlockedCollector(),
+	collectors := func() []engine.Collector {
+		return []engine.Collector{collector.NewClaimCollector(), collector.NewBlockedCollector(),
 			collector.NewDeviceCollector(collector.DefaultAttributeLabels), collector.NewDeviceClassCollector(),
 			collector.NewLaneCollector(), collector.NewPodCollector(nil)}
 	}
@@ -49,7 +50,7 @@ func TestBurstBetweenScrapesIsConsistent(t *testing.T) {
 	slice := func(gen int64) *resourceapi.ResourceSlice { return Slice("node-1", "node-1", gen, gpus...) }
 
 	ix := Build(t, cfg, GPUClass(), slice(1), Node("node-1", 0))
-	live := collector.NewExporter(ix, cfg.Now, false, nil, collectors()...)
+	live := engine.NewExporter(ix, cfg.Now, false, nil, collectors()...)
 	final := []any{GPUClass(), Node("node-1", 0)}
 	var wg sync.WaitGroup
 	done := make(chan struct{})
@@ -91,14 +92,14 @@ func TestBurstBetweenScrapesIsConsistent(t *testing.T) {
 	final = append(final, slice(int64(2+45)))
 	after := text(live)
 	checkConsistent(t, after)
-	fresh := text(collector.NewExporter(Build(t, cfg, final...), cfg.Now, false, nil, collectors()...))
+	fresh := text(engine.NewExporter(Build(t, cfg, final...), cfg.Now, false, nil, collectors()...))
 	if !bytes.Equal(after, fresh) {
 		t.Errorf("after the burst the exposition differs from a fresh index's:\n%s\n--- fresh ---\n%s", after, fresh)
 	}
 	t.Logf("%d scrapes during %d updates", scrapes, 2*pods*rounds)
 }
 
-func text(x *collector.Exporter) []byte {
+func text(x *engine.Exporter) []byte {
 	var out []byte
 	for _, f := range x.TextFamilies(false) {
 		out = f.AppendTo(out)

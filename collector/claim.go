@@ -3,6 +3,8 @@ package collector
 import (
 	"time"
 
+	"github.com/dra-exporter/dra-exporter/internal/engine"
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
@@ -14,48 +16,48 @@ const (
 )
 
 var (
-	claimInfo = newDef("dra_claim_info", typeGauge,
+	claimInfo = family.New("dra_claim_info", family.TypeGauge,
 		"A ResourceClaim, with the lane it serves and the pod it was generated for.",
 		"namespace", "claim", "lane", "pod", "pod_uid").
-		doc("lane is dra, or dra-extended for a claim the scheduler made for an extended resource; pod and pod_uid name the pod the claim was generated for (empty for a claim created by name). Always 1.")
-	claimStatus = newDef("dra_claim_status", typeGauge,
+		WithDoc("lane is dra, or dra-extended for a claim the scheduler made for an extended resource; pod and pod_uid name the pod the claim was generated for (empty for a claim created by name). Always 1.")
+	claimStatus = family.New("dra_claim_status", family.TypeGauge,
 		"The claim's state, one-hot: unallocated, allocated or reserved.",
 		"namespace", "claim", "state").
-		doc("allocated means allocated and reserved for no pod; reserved means allocated and in use.")
-	claimAllocation = newDef("dra_claim_allocation_info", typeGauge,
+		WithDoc("allocated means allocated and reserved for no pod; reserved means allocated and in use.")
+	claimAllocation = family.New("dra_claim_allocation_info", family.TypeGauge,
 		"One allocated device of a claim, joined to the ResourceSlice device that publishes it.",
 		"namespace", "claim", "request", "device_class", "driver", "pool", "device", "node", "gpu_uuid").
-		doc("node and gpu_uuid come from the ResourceSlice. Admin-access allocations (monitoring agents) are left out: they do not hold the device. Always 1.")
-	claimReservedFor = newDef("dra_claim_reserved_for_info", typeGauge,
+		WithDoc("node and gpu_uuid come from the ResourceSlice. Admin-access allocations (monitoring agents) are left out: they do not hold the device. Always 1.")
+	claimReservedFor = family.New("dra_claim_reserved_for_info", family.TypeGauge,
 		"A pod a claim is reserved for.",
 		"namespace", "claim", "pod", "pod_uid").
-		doc("One per status.reservedFor entry of resource pods; PodGroups and other consumers are left out. Always 1.")
+		WithDoc("One per status.reservedFor entry of resource pods; PodGroups and other consumers are left out. Always 1.")
 )
 
 type claimCollector struct{}
 
 // NewClaimCollector exports every claim, its allocation and its reservations.
-func NewClaimCollector() Collector { return claimCollector{} }
+func NewClaimCollector() engine.Collector { return claimCollector{} }
 
 func (claimCollector) Name() string { return "claim" }
-func (claimCollector) Defs() []*Def {
-	return []*Def{claimInfo, claimStatus, claimAllocation, claimReservedFor}
+func (claimCollector) Defs() []*family.Def {
+	return []*family.Def{claimInfo, claimStatus, claimAllocation, claimReservedFor}
 }
 
-func (c claimCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
-	updateRows(c, s, e)
+func (c claimCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
+	engine.UpdateRows(c, s, e)
 	return nil
 }
 
-// eachRow: a claim's series read the claim (the row's key: an update
+// EachRow: a claim's series read the claim (the row's key: an update
 // makes a new record) and the devices it was allocated (their node and GPU
 // UUID).
-func (claimCollector) inputKinds() index.Kinds { return index.DeviceKinds }
+func (claimCollector) InputKinds() index.Kinds { return index.DeviceKinds }
 
-func (claimCollector) eachRow(s *index.Snapshot, rows *rowPass) {
+func (claimCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
 	var inputs []any
 	for _, c := range s.Claims {
-		if rows.kept(c) {
+		if rows.Kept(c) {
 			continue
 		}
 		inputs = inputs[:0]
@@ -64,7 +66,7 @@ func (claimCollector) eachRow(s *index.Snapshot, rows *rowPass) {
 				inputs = append(inputs, d)
 			}
 		}
-		e := rows.visit(c, inputs)
+		e := rows.Visit(c, inputs)
 		if e == nil {
 			continue
 		}
@@ -76,7 +78,7 @@ func (claimCollector) eachRow(s *index.Snapshot, rows *rowPass) {
 		if c.OwnerPod != nil {
 			pod, podUID = c.OwnerPod.Name, string(c.OwnerPod.UID)
 		}
-		e.gauge(claimInfo, 1, ns, name, lane, pod, podUID)
+		e.Gauge(claimInfo, 1, ns, name, lane, pod, podUID)
 
 		state := claimUnallocated
 		switch {
@@ -86,7 +88,7 @@ func (claimCollector) eachRow(s *index.Snapshot, rows *rowPass) {
 			state = claimAllocated
 		}
 		for _, st := range []string{claimUnallocated, claimAllocated, claimReserved} {
-			e.gauge(claimStatus, boolFloat(st == state), ns, name, st)
+			e.Gauge(claimStatus, family.BoolFloat(st == state), ns, name, st)
 		}
 		for _, r := range c.Results {
 			if r.AdminAccess {
@@ -99,13 +101,13 @@ func (claimCollector) eachRow(s *index.Snapshot, rows *rowPass) {
 					node = d.Node
 				}
 			}
-			e.uniqueGauge(claimAllocation, 1, ns, name, r.Request, r.Class, r.Device.Driver, r.Device.Pool, r.Device.Device, node, uuid)
+			e.UniqueGauge(claimAllocation, 1, ns, name, r.Request, r.Class, r.Device.Driver, r.Device.Pool, r.Device.Device, node, uuid)
 		}
 		for _, r := range c.Obj.Status.ReservedFor {
 			if r.APIGroup != "" || r.Resource != "pods" {
 				continue // a PodGroup or another consumer: not a pod
 			}
-			e.uniqueGauge(claimReservedFor, 1, ns, name, r.Name, string(r.UID))
+			e.UniqueGauge(claimReservedFor, 1, ns, name, r.Name, string(r.UID))
 		}
 	}
 }

@@ -17,7 +17,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/selfmetrics"
 )
 
 // tinyCluster: node-1 publishes two H100s; llm-0 is Ready on gpu-0; llm-1
@@ -47,7 +50,7 @@ func tinyCluster(t *testing.T) *index.Index {
 }
 
 // header returns the HELP and TYPE lines of a family, from its descriptor.
-func header(defs []*collector.Def, name string) string {
+func header(defs []*family.Def, name string) string {
 	for _, d := range defs {
 		if d.Name == name {
 			help := strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(d.Help)
@@ -58,11 +61,11 @@ func header(defs []*collector.Def, name string) string {
 }
 
 // expect assembles an exposition: family name, then its sample lines.
-func expect(defs []*collector.Def, families ...any) string {
+func expect(defs []*family.Def, families ...any) string {
 	var b strings.Builder
 	for _, f := range families {
 		switch v := f.(type) {
-		case family:
+		case expected:
 			b.WriteString(header(defs, v.name))
 			for _, s := range v.samples {
 				b.WriteString(v.name + s + "\n")
@@ -72,15 +75,16 @@ func expect(defs []*collector.Def, families ...any) string {
 	return b.String()
 }
 
-type family struct {
+// expected is a family's name and sample lines.
+type expected struct {
 	name    string
 	samples []string
 }
 
-func fam(name string, samples ...string) family { return family{name, samples} }
+func fam(name string, samples ...string) expected { return expected{name, samples} }
 
-func exporterFor(ix *index.Index, cs ...collector.Collector) *collector.Exporter {
-	return collector.NewExporter(ix, func() time.Time { return T0 }, false, slog.New(slog.DiscardHandler), cs...)
+func exporterFor(ix *index.Index, cs ...engine.Collector) *engine.Exporter {
+	return engine.NewExporter(ix, func() time.Time { return T0 }, false, slog.New(slog.DiscardHandler), cs...)
 }
 
 func compareAndLint(t *testing.T, c prometheus.Collector, want string) {
@@ -102,7 +106,7 @@ func TestCollectors(t *testing.T) {
 	podLabels := []string{"app", "team"}
 	tests := []struct {
 		name     string
-		c        collector.Collector
+		c        engine.Collector
 		families []any
 	}{
 		{"device", collector.NewDeviceCollector(collector.DefaultAttributeLabels), []any{
@@ -321,7 +325,7 @@ func TestLatency(t *testing.T) {
 
 func TestSelf(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
-	s := collector.NewSelf().WithClock(func() time.Time { return now })
+	s := selfmetrics.NewSelf().WithClock(func() time.Time { return now })
 	synced := false
 	s.TrackSynced("pods", func() bool { return synced })
 	s.TrackSynced("resourceclaims", func() bool { return true })
@@ -340,7 +344,7 @@ func TestSelf(t *testing.T) {
 	s.APIServerUp(false)
 	var errs []string
 	for _, r := range []string{"pods", "resourceclaims"} {
-		for _, reason := range collector.WatchErrorReasons {
+		for _, reason := range selfmetrics.WatchErrorReasons {
 			v := 0
 			if r == "resourceclaims" && (reason == "unreachable" || reason == "expired") {
 				v = 1

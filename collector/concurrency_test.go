@@ -10,6 +10,7 @@ import (
 	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 
 	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
@@ -24,7 +25,7 @@ func TestScrapeWhileIndexChanges(t *testing.T) {
 		GPUClass(), DeviceClass("broken", "device.attributes['gpu.nvidia.com'].profile == '1g.5gb'"),
 		Slice("node-1", "node-1", 1, GPUDevice("gpu-0", "GPU-0"), GPUDevice("gpu-1", "GPU-1")),
 		Node("node-1", 0))
-	exp := collector.NewExporter(ix, func() time.Time { return T0 }, true, slog.New(slog.DiscardHandler),
+	exp := engine.NewExporter(ix, func() time.Time { return T0 }, true, slog.New(slog.DiscardHandler),
 		collector.NewDeviceCollector(collector.DefaultAttributeLabels), collector.NewDeviceClassCollector(),
 		collector.NewClaimCollector(), collector.NewBlockedCollector(), collector.NewLeakCollector(time.Minute),
 		collector.NewLaneCollector(), collector.NewPodCollector(nil))
@@ -58,7 +59,7 @@ func TestScrapeWhileIndexChanges(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for i := 0; i < rounds/3; i++ {
-			if _, err := collector.Render(exp); err != nil {
+			if _, err := engine.Render(exp); err != nil {
 				errs <- err
 				return
 			}

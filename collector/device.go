@@ -8,6 +8,8 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/dra-exporter/dra-exporter/internal/engine"
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
@@ -93,52 +95,52 @@ func snakeCase(s string) string {
 
 type deviceCollector struct {
 	attrs     []AttributeLabel
-	info      *Def
-	memory    *Def
-	remaining *Def
+	info      *family.Def
+	memory    *family.Def
+	remaining *family.Def
 }
 
 // NewDeviceCollector exports every published device with its attributes.
-func NewDeviceCollector(attrs []AttributeLabel) Collector {
+func NewDeviceCollector(attrs []AttributeLabel) engine.Collector {
 	labels := []string{"driver", "pool", "node", "device", "gpu_uuid"}
 	for _, a := range attrs {
 		labels = append(labels, a.Label)
 	}
 	return &deviceCollector{
 		attrs: attrs,
-		info: newDef("dra_device_info", typeGauge,
+		info: family.New("dra_device_info", family.TypeGauge,
 			"A device published in a ResourceSlice, with allowlisted attributes as labels.", labels...).
-			doc("Only the newest generation of each pool is read. Always 1."),
-		memory: newDef("dra_device_memory_bytes", typeGauge,
+			WithDoc("Only the newest generation of each pool is read. Always 1."),
+		memory: family.New("dra_device_memory_bytes", family.TypeGauge,
 			"The memory capacity a ResourceSlice publishes for the device, in bytes.", "driver", "pool", "node", "device"),
-		remaining: newDef("dra_device_capacity_remaining", typeGauge,
+		remaining: family.New("dra_device_capacity_remaining", family.TypeGauge,
 			"What is left of a shared device's capacity after the claims that share it.", "driver", "pool", "node", "device", "capacity").
-			doc("Only devices with allowMultipleAllocations (KEP-5075): the published capacity less the consumedCapacity of every allocation of the device. capacity is the capacity's name as published (memory in bytes). A request asking more than is left on every matching device waits with reason capacity_exhausted."),
+			WithDoc("Only devices with allowMultipleAllocations (KEP-5075): the published capacity less the consumedCapacity of every allocation of the device. capacity is the capacity's name as published (memory in bytes). A request asking more than is left on every matching device waits with reason capacity_exhausted."),
 	}
 }
 
-func (c *deviceCollector) Name() string { return "device" }
-func (c *deviceCollector) Defs() []*Def { return []*Def{c.info, c.memory, c.remaining} }
+func (c *deviceCollector) Name() string        { return "device" }
+func (c *deviceCollector) Defs() []*family.Def { return []*family.Def{c.info, c.memory, c.remaining} }
 
-func (c *deviceCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
-	updateRows(c, s, e)
+func (c *deviceCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
+	engine.UpdateRows(c, s, e)
 	return nil
 }
 
-// eachRow: a device's series read the device record (the row's key: a
+// EachRow: a device's series read the device record (the row's key: a
 // change makes a new record) and, for a shared device (whose remaining
 // capacity the claims decide), the snapshot's version.
-// inputKinds: a shareable device's input is the snapshot's version.
-func (*deviceCollector) inputKinds() index.Kinds { return index.AllKinds }
+// InputKinds: a shareable device's input is the snapshot's version.
+func (*deviceCollector) InputKinds() index.Kinds { return index.AllKinds }
 
-func (c *deviceCollector) eachRow(s *index.Snapshot, rows *rowPass) {
+func (c *deviceCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
 	var inputs []any
 	for _, d := range s.Devices {
 		inputs = inputs[:0]
 		if d.Shareable {
 			inputs = append(inputs, s.Version())
 		}
-		e := rows.visit(d, inputs)
+		e := rows.Visit(d, inputs)
 		if e == nil {
 			continue
 		}
@@ -149,12 +151,12 @@ func (c *deviceCollector) eachRow(s *index.Snapshot, rows *rowPass) {
 			v, _ := d.Attribute(a.Attribute)
 			lvs = append(lvs, v)
 		}
-		e.gauge(c.info, 1, lvs...)
+		e.Gauge(c.info, 1, lvs...)
 		if q, ok := capacity(d, "memory"); ok {
-			e.gauge(c.memory, q, d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device)
+			e.Gauge(c.memory, q, d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device)
 		}
 		for name, q := range s.RemainingCapacity(d) {
-			e.gauge(c.remaining, q.AsApproximateFloat64(), d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device, string(name))
+			e.Gauge(c.remaining, q.AsApproximateFloat64(), d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device, string(name))
 		}
 	}
 }

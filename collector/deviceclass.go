@@ -3,49 +3,51 @@ package collector
 import (
 	"time"
 
+	"github.com/dra-exporter/dra-exporter/internal/engine"
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
 var (
-	classDevices = newDef("dra_device_class_devices", typeGauge,
+	classDevices = family.New("dra_device_class_devices", family.TypeGauge,
 		"Devices a DeviceClass selects, per node and state (total, allocated, free).",
 		"device_class", "node", "state").
-		doc("Selection is the scheduler's CEL over every published device. free is what new claims could be allocated now, as the scheduler's allocator decides: partitions drawing on one set of shared counters (KEP-4815, MIG placements) count as many as could be allocated together, so two overlapping placements count once, and a whole GPU whose counters a placement drew is not free. A shared device (allowMultipleAllocations, KEP-5075) in use is allocated and also free while a share fits, so allocated plus free may pass total. Devices neither allocated nor free are tainted, blocked by shared counters, in a pool the driver is republishing, or on a cordoned or NotReady node. A class that selects nothing reports total 0 with node \"\".")
-	classSelectorErrors = newDef("dra_device_class_selector_errors", typeGauge,
+		WithDoc("Selection is the scheduler's CEL over every published device. free is what new claims could be allocated now, as the scheduler's allocator decides: partitions drawing on one set of shared counters (KEP-4815, MIG placements) count as many as could be allocated together, so two overlapping placements count once, and a whole GPU whose counters a placement drew is not free. A shared device (allowMultipleAllocations, KEP-5075) in use is allocated and also free while a share fits, so allocated plus free may pass total. Devices neither allocated nor free are tainted, blocked by shared counters, in a pool the driver is republishing, or on a cordoned or NotReady node. A class that selects nothing reports total 0 with node \"\".")
+	classSelectorErrors = family.New("dra_device_class_selector_errors", family.TypeGauge,
 		"Devices on which the DeviceClass selectors failed to evaluate.",
 		"device_class").
-		doc("A CEL compile or runtime error; such devices cannot be allocated through the class.")
-	classSelectorErrorInfo = newDef("dra_device_class_selector_error_info", typeGauge,
+		WithDoc("A CEL compile or runtime error; such devices cannot be allocated through the class.")
+	classSelectorErrorInfo = family.New("dra_device_class_selector_error_info", family.TypeGauge,
 		"A device on which a DeviceClass's selectors fail to evaluate.",
 		"device_class", "driver", "pool", "device", "node").
-		doc("One series per device and class while the class's CEL fails on the device (a runtime error, such as an attribute the device does not publish, or a compile error); node \"\" for a network-attached device. The scheduler gives up a pod's scheduling attempt when it meets the error on any node it tries (PodScheduled=False, reason SchedulerError, the CEL error as message), so pods of the class stay Pending even where another node fits; dra_pod_blocked leaves the device's node out of what could serve them (capacity_exhausted when no other node has a free device, else unallocated), and `dra-exporter explain` names the error. No series while the selectors evaluate everywhere. Always 1.")
+		WithDoc("One series per device and class while the class's CEL fails on the device (a runtime error, such as an attribute the device does not publish, or a compile error); node \"\" for a network-attached device. The scheduler gives up a pod's scheduling attempt when it meets the error on any node it tries (PodScheduled=False, reason SchedulerError, the CEL error as message), so pods of the class stay Pending even where another node fits; dra_pod_blocked leaves the device's node out of what could serve them (capacity_exhausted when no other node has a free device, else unallocated), and `dra-exporter explain` names the error. No series while the selectors evaluate everywhere. Always 1.")
 )
 
 type deviceClassCollector struct{}
 
 // NewDeviceClassCollector exports capacity per DeviceClass.
-func NewDeviceClassCollector() Collector { return deviceClassCollector{} }
+func NewDeviceClassCollector() engine.Collector { return deviceClassCollector{} }
 
 func (deviceClassCollector) Name() string { return "deviceclass" }
-func (deviceClassCollector) Defs() []*Def {
-	return []*Def{classDevices, classSelectorErrors, classSelectorErrorInfo}
+func (deviceClassCollector) Defs() []*family.Def {
+	return []*family.Def{classDevices, classSelectorErrors, classSelectorErrorInfo}
 }
 
-func (deviceClassCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+func (deviceClassCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
 	for _, row := range s.ClassCapacity() {
-		e.gauge(classDevices, float64(row.Total), row.DeviceClass, row.Node, index.StateTotal)
-		e.gauge(classDevices, float64(row.Allocated), row.DeviceClass, row.Node, index.StateAllocated)
-		e.gauge(classDevices, float64(row.Free), row.DeviceClass, row.Node, index.StateFree)
+		e.Gauge(classDevices, float64(row.Total), row.DeviceClass, row.Node, index.StateTotal)
+		e.Gauge(classDevices, float64(row.Allocated), row.DeviceClass, row.Node, index.StateAllocated)
+		e.Gauge(classDevices, float64(row.Free), row.DeviceClass, row.Node, index.StateFree)
 	}
 	errors := map[string]int{}
 	for _, d := range s.Devices {
 		for class := range d.ClassErrors {
 			errors[class]++
-			e.gauge(classSelectorErrorInfo, 1, class, d.Key.Driver, d.Key.Pool, d.Key.Device, d.Node)
+			e.Gauge(classSelectorErrorInfo, 1, class, d.Key.Driver, d.Key.Pool, d.Key.Device, d.Node)
 		}
 	}
 	for _, c := range s.Classes {
-		e.gauge(classSelectorErrors, float64(errors[c.Name]), c.Name)
+		e.Gauge(classSelectorErrors, float64(errors[c.Name]), c.Name)
 	}
 	return nil
 }

@@ -7,22 +7,24 @@ import (
 	"time"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
 var (
-	podGate = newDef("dra_pod_gate", typeGauge,
+	podGate = family.New("dra_pod_gate", family.TypeGauge,
 		"An evidence gate of a DRA pod: 1 while it passes, 0 while it fails, with the reason that fails it.",
 		"namespace", "pod", "pod_uid", "node", "gate", "reason").
-		doc("The exporter serves gate api (the platform team's: every claim allocated and reserved for the pod, the pod bound to the node of its allocation, fewer than 3 FailedScheduling attempts about its claims); the recording rules of rules/gates.yaml add gates node and workload from the node agent and record all three as namespace_pod_gate:dra_pod_gate:status. reason is empty while the gate passes. node is the pod's node, empty before binding. One series per DRA pod that is not finished, being deleted, or a negative control.")
-	podReady = newDef("dra_pod_ready", typeGauge,
+		WithDoc("The exporter serves gate api (the platform team's: every claim allocated and reserved for the pod, the pod bound to the node of its allocation, fewer than 3 FailedScheduling attempts about its claims); the recording rules of rules/gates.yaml add gates node and workload from the node agent and record all three as namespace_pod_gate:dra_pod_gate:status. reason is empty while the gate passes. node is the pod's node, empty before binding. One series per DRA pod that is not finished, being deleted, or a negative control.")
+	podReady = family.New("dra_pod_ready", family.TypeGauge,
 		"Whether a DRA pod's Ready condition is true (1) or not (0).",
 		"namespace", "pod", "pod_uid", "node").
-		doc("The workload gate's readiness (rules/gates.yaml). The same pods as dra_pod_gate.")
-	negativeControl = newDef("dra_negative_control", typeGauge,
+		WithDoc("The workload gate's readiness (rules/gates.yaml). The same pods as dra_pod_gate.")
+	negativeControl = family.New("dra_negative_control", family.TypeGauge,
 		"A pod marked as a negative control: 1 while it stays Pending because no device can match it, 0 once it does not.",
 		"namespace", "pod", "pod_uid", "claim", "node", "device", "reason").
-		doc("Pods carrying the label of --gates.negative-control-label. Holding (1): selector_matches_nothing, the decision tree's reason when the control's own selectors or capacity requests exclude every device of its class, which is what proves the boundary. Invalid (0): device_class_not_found or no_devices_for_class, a control that could get no device whatever its selectors, which proves nothing. Broken (0): allocated (a claim of the control got a device: claim, node and device name it), started (a container ran), matches_devices (Pending only because the matching devices are taken), not_evaluated (no claim yet, scheduling gates, or the scheduler has not tried it). One series per control pod, finished ones included.")
+		WithDoc("Pods carrying the label of --gates.negative-control-label. Holding (1): selector_matches_nothing, the decision tree's reason when the control's own selectors or capacity requests exclude every device of its class, which is what proves the boundary. Invalid (0): device_class_not_found or no_devices_for_class, a control that could get no device whatever its selectors, which proves nothing. Broken (0): allocated (a claim of the control got a device: claim, node and device name it), started (a container ran), matches_devices (Pending only because the matching devices are taken), not_evaluated (no claim yet, scheduling gates, or the scheduler has not tried it). One series per control pod, finished ones included.")
 )
 
 // ControlLabel marks negative controls: pods whose label Key has Value.
@@ -47,32 +49,31 @@ type gateCollector struct {
 
 // NewGateCollector exports the api gate, readiness and negative controls.
 // verdicts may be shared with the blocked collector (nil: its own).
-func NewGateCollector(control ControlLabel, verdicts *classify.Verdicts) Collector {
+func NewGateCollector(control ControlLabel, verdicts *classify.Verdicts) engine.Collector {
 	if verdicts == nil {
 		verdicts = &classify.Verdicts{}
 	}
 	return gateCollector{verdicts: verdicts, control: control, rows: &gateRows{}}
 }
 
-func (gateCollector) Name() string  { return "gate" }
-func (gateCollector) Defs() []*Def  { return []*Def{podGate, podReady, negativeControl} }
-func (gateCollector) snapshotPure() {}
+func (gateCollector) Name() string        { return "gate" }
+func (gateCollector) Defs() []*family.Def { return []*family.Def{podGate, podReady, negativeControl} }
 
-func (c gateCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
-	updateRows(c, s, e)
+func (c gateCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
+	engine.UpdateRows(c, s, e)
 	return nil
 }
 
-// inputKinds: a row has no inputs but its key (gateRows.kept: the same
+// InputKinds: a row has no inputs but its key (gateRows.kept: the same
 // row while the pod's gate holds).
-func (gateCollector) inputKinds() index.Kinds { return 0 }
+func (gateCollector) InputKinds() index.Kinds { return 0 }
 
-func (c gateCollector) eachRow(s *index.Snapshot, rows *rowPass) {
+func (c gateCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
 	for _, r := range c.rows.kept(s, c.verdicts, c.control) {
-		if rows.kept(r) {
+		if rows.Kept(r) {
 			continue
 		}
-		e := rows.visit(r, nil)
+		e := rows.Visit(r, nil)
 		if e == nil {
 			continue
 		}
@@ -80,12 +81,12 @@ func (c gateCollector) eachRow(s *index.Snapshot, rows *rowPass) {
 		ns, name, uid := p.Key.Namespace, p.Key.Name, string(p.UID)
 		if r.control != nil {
 			x := r.control
-			e.gauge(negativeControl, boolFloat(x.Holds), ns, name, uid, x.Claim, x.Node, x.Device, x.Reason)
+			e.Gauge(negativeControl, family.BoolFloat(x.Holds), ns, name, uid, x.Claim, x.Node, x.Device, x.Reason)
 			continue
 		}
 		node := p.Obj.Spec.NodeName
-		e.gauge(podGate, boolFloat(r.api.Pass), ns, name, uid, node, string(r.api.Gate), r.api.Reason)
-		e.gauge(podReady, boolFloat(p.Ready()), ns, name, uid, node)
+		e.Gauge(podGate, family.BoolFloat(r.api.Pass), ns, name, uid, node, string(r.api.Gate), r.api.Reason)
+		e.Gauge(podReady, family.BoolFloat(p.Ready()), ns, name, uid, node)
 	}
 }
 

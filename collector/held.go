@@ -4,37 +4,39 @@ import (
 	"time"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
 var (
-	heldDeviceHealth = newDef("dra_allocated_device_health", typeGauge,
+	heldDeviceHealth = family.New("dra_allocated_device_health", family.TypeGauge,
 		"The kubelet's health of a device a running pod holds, per pod, claim and device.",
 		"namespace", "pod", "pod_uid", "claim", "driver", "pool", "device", "node", "gpu_uuid", "health").
-		doc("health is healthy, unhealthy or unknown, from status.containerStatuses[].allocatedResourcesStatus (KEP-4680, ResourceHealthStatus, beta in 1.36; the driver reports it through the kubelet). Only devices the kubelet reports on; the worst of the pod's containers. The kubelet names a device by its first CDI device ID (driver/pool/device only without one): a CDI name ending in the device's name, or the only device of the claim's request, is attributed; a CDI name several devices of a request share is not. Always 1.")
-	heldDeviceTaint = newDef("dra_allocated_device_taint", typeGauge,
+		WithDoc("health is healthy, unhealthy or unknown, from status.containerStatuses[].allocatedResourcesStatus (KEP-4680, ResourceHealthStatus, beta in 1.36; the driver reports it through the kubelet). Only devices the kubelet reports on; the worst of the pod's containers. The kubelet names a device by its first CDI device ID (driver/pool/device only without one): a CDI name ending in the device's name, or the only device of the claim's request, is attributed; a CDI name several devices of a request share is not. Always 1.")
+	heldDeviceTaint = family.New("dra_allocated_device_taint", family.TypeGauge,
 		"A taint on a device a running pod holds, per pod, claim, device and taint.",
 		"namespace", "pod", "pod_uid", "claim", "driver", "pool", "device", "node", "gpu_uuid", "taint", "effect", "rule").
-		doc("taint is the taint key (the NVIDIA driver's gpu.nvidia.com/xid, gpu.nvidia.com/gpu-lost, gpu.nvidia.com/unmonitored), effect None, NoSchedule or NoExecute; rule names the DeviceTaintRule that put it there, empty for a taint of the ResourceSlice entry. A running pod keeps a NoSchedule-tainted device; NoExecute evicts it. Always 1.")
+		WithDoc("taint is the taint key (the NVIDIA driver's gpu.nvidia.com/xid, gpu.nvidia.com/gpu-lost, gpu.nvidia.com/unmonitored), effect None, NoSchedule or NoExecute; rule names the DeviceTaintRule that put it there, empty for a taint of the ResourceSlice entry. A running pod keeps a NoSchedule-tainted device; NoExecute evicts it. Always 1.")
 )
 
 type heldCollector struct{}
 
 // NewHeldCollector exports the health and taints of devices pods hold.
-func NewHeldCollector() Collector { return heldCollector{} }
+func NewHeldCollector() engine.Collector { return heldCollector{} }
 
-func (heldCollector) Name() string { return "held" }
-func (heldCollector) Defs() []*Def { return []*Def{heldDeviceHealth, heldDeviceTaint} }
+func (heldCollector) Name() string        { return "held" }
+func (heldCollector) Defs() []*family.Def { return []*family.Def{heldDeviceHealth, heldDeviceTaint} }
 
-func (heldCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+func (heldCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
 	for _, h := range classify.HeldWithSignal(s) {
 		p, c, d := h.Pod, h.Claim, h.Device
 		lvs := []string{p.Key.Namespace, p.Key.Name, string(p.UID), c.Key.Name, d.Key.Driver, d.Key.Pool, d.Key.Device, d.Node, d.GPUUUID}
 		if h.Health != "" {
-			e.uniqueGauge(heldDeviceHealth, 1, append(lvs, h.Health)...)
+			e.UniqueGauge(heldDeviceHealth, 1, append(lvs, h.Health)...)
 		}
 		for _, t := range h.Taints {
-			e.uniqueGauge(heldDeviceTaint, 1, append(lvs, t.Key, string(t.Effect), t.Rule)...)
+			e.UniqueGauge(heldDeviceTaint, 1, append(lvs, t.Key, string(t.Effect), t.Rule)...)
 		}
 	}
 	return nil

@@ -6,13 +6,14 @@ import (
 	"time"
 
 	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 )
 
 // familyLines returns the sample lines of the named families in a scrape,
 // rendered by TextFamilies (cached path) or Render (Collect path).
-func familyLines(t *testing.T, x *collector.Exporter, cached bool, names ...string) map[string][]string {
+func familyLines(t *testing.T, x *engine.Exporter, cached bool, names ...string) map[string][]string {
 	t.Helper()
 	var text string
 	if cached {
@@ -22,7 +23,7 @@ func familyLines(t *testing.T, x *collector.Exporter, cached bool, names ...stri
 		}
 		text = string(b)
 	} else {
-		out, err := collector.Render(x)
+		out, err := engine.Render(x)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +57,7 @@ func TestVerdictsHeldWhileStale(t *testing.T) {
 			ix := Build(t, index.Config{Now: func() time.Time { return T0 }}, GPUClass(), Node("node-1", 0),
 				Slice("node-1", "node-1", 1, GPUDevice("gpu-0", "GPU-0")), p, c, pending)
 			stale := false
-			x := collector.NewExporter(ix, func() time.Time { return T0 }, false, nil,
+			x := engine.NewExporter(ix, func() time.Time { return T0 }, false, nil,
 				collector.ClusterCollectors(collector.Config{UnreservedGrace: time.Minute})...).
 				HoldVerdictsWhen(func() bool { return stale })
 			fams := []string{"dra_claim_reservation_leak", "dra_pod_blocked", "dra_pod_gate", "dra_pod_info"}
@@ -97,7 +98,7 @@ func TestVerdictsHeldWhileStale(t *testing.T) {
 // Stale before any scrape: nothing to hold, the verdicts are left out.
 func TestVerdictsWithheldBeforeAnyCurrentScrape(t *testing.T) {
 	ix := Build(t, index.Config{}, GPUClass(), WithTemplateClaim(Pod("llm-1", "uid-llm-1"), "gpu", "tmpl"))
-	x := collector.NewExporter(ix, func() time.Time { return T0 }, false, nil, collector.ClusterCollectors(collector.Config{})...).
+	x := engine.NewExporter(ix, func() time.Time { return T0 }, false, nil, collector.ClusterCollectors(collector.Config{})...).
 		HoldVerdictsWhen(func() bool { return true })
 	got := familyLines(t, x, true, "dra_pod_blocked", "dra_pod_info")
 	if len(got["dra_pod_blocked"]) != 0 || len(got["dra_pod_info"]) != 1 {

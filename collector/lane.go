@@ -3,29 +3,31 @@ package collector
 import (
 	"time"
 
+	"github.com/dra-exporter/dra-exporter/internal/engine"
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
-var laneDevices = newDef("dra_lane_devices", typeGauge,
+var laneDevices = family.New("dra_lane_devices", family.TypeGauge,
 	"Device capacity of the device-plugin and DRA lanes on one scale, per node, device class and state.",
 	"lane", "node", "device_class", "state").
-	doc("Classes may overlap: do not sum across them. lane=device-plugin counts the device-plugin resources (device_class is the class serving the same extended resource, else the resource name): total is node capacity (unhealthy devices included, never less than what pods hold), allocated the requests of bound pods, free allocatable minus allocated on nodes that are neither cordoned nor NotReady; lane=dra owns total and free of DRA devices and the devices allocated to any other claim; lane=dra-extended has only state=allocated: devices allocated to claims the scheduler made for extended-resource requests.")
+	WithDoc("Classes may overlap: do not sum across them. lane=device-plugin counts the device-plugin resources (device_class is the class serving the same extended resource, else the resource name): total is node capacity (unhealthy devices included, never less than what pods hold), allocated the requests of bound pods, free allocatable minus allocated on nodes that are neither cordoned nor NotReady; lane=dra owns total and free of DRA devices and the devices allocated to any other claim; lane=dra-extended has only state=allocated: devices allocated to claims the scheduler made for extended-resource requests.")
 
 type laneCollector struct{}
 
 // NewLaneCollector exports capacity per lane.
-func NewLaneCollector() Collector { return laneCollector{} }
+func NewLaneCollector() engine.Collector { return laneCollector{} }
 
-func (laneCollector) Name() string { return "lane" }
-func (laneCollector) Defs() []*Def { return []*Def{laneDevices} }
+func (laneCollector) Name() string        { return "lane" }
+func (laneCollector) Defs() []*family.Def { return []*family.Def{laneDevices} }
 
-func (laneCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+func (laneCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
 	for _, r := range s.LaneCapacity() {
 		if r.Lane != index.LaneDRAExtended {
-			e.gauge(laneDevices, float64(r.Total), r.Lane, r.Node, r.DeviceClass, index.StateTotal)
-			e.gauge(laneDevices, float64(r.Free), r.Lane, r.Node, r.DeviceClass, index.StateFree)
+			e.Gauge(laneDevices, float64(r.Total), r.Lane, r.Node, r.DeviceClass, index.StateTotal)
+			e.Gauge(laneDevices, float64(r.Free), r.Lane, r.Node, r.DeviceClass, index.StateFree)
 		}
-		e.gauge(laneDevices, float64(r.Allocated), r.Lane, r.Node, r.DeviceClass, index.StateAllocated)
+		e.Gauge(laneDevices, float64(r.Allocated), r.Lane, r.Node, r.DeviceClass, index.StateAllocated)
 	}
 	return nil
 }

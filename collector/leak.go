@@ -4,13 +4,15 @@ import (
 	"time"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
-var claimLeak = newDef("dra_claim_reservation_leak", typeGauge,
+var claimLeak = family.New("dra_claim_reservation_leak", family.TypeGauge,
 	"A leaked reservation or allocation of a claim, per reservation and allocated device.",
 	"namespace", "claim", "pod", "pod_uid", "node", "device", "reason").
-	doc("reason pod_missing, pod_finished or pod_recreated (status.reservedFor names a pod that is gone, finished, or now has another UID), owner_missing (a generated claim outlives its pod), or allocated_unreserved (allocated, reserved for nobody past the grace period). One series per reservation and allocated device (device empty for an unallocated claim): a 4-GPU claim reserved for two gone pods has 8; count leaked devices with count by (namespace, claim, device). pod_finished includes a pod deleted before it was bound. 1 while leaked.")
+	WithDoc("reason pod_missing, pod_finished or pod_recreated (status.reservedFor names a pod that is gone, finished, or now has another UID), owner_missing (a generated claim outlives its pod), or allocated_unreserved (allocated, reserved for nobody past the grace period). One series per reservation and allocated device (device empty for an unallocated claim): a 4-GPU claim reserved for two gone pods has 8; count leaked devices with count by (namespace, claim, device). pod_finished includes a pod deleted before it was bound. 1 while leaked.")
 
 type leakCollector struct {
 	grace time.Duration
@@ -18,14 +20,14 @@ type leakCollector struct {
 
 // NewLeakCollector exports leaked reservations; grace applies to allocated
 // claims that reserve nobody.
-func NewLeakCollector(grace time.Duration) Collector { return leakCollector{grace: grace} }
+func NewLeakCollector(grace time.Duration) engine.Collector { return leakCollector{grace: grace} }
 
-func (leakCollector) Name() string { return "leak" }
-func (leakCollector) Defs() []*Def { return []*Def{claimLeak} }
+func (leakCollector) Name() string        { return "leak" }
+func (leakCollector) Defs() []*family.Def { return []*family.Def{claimLeak} }
 
-func (c leakCollector) Update(s *index.Snapshot, now time.Time, e *emitter) error {
+func (c leakCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitter) error {
 	for _, l := range classify.Leaks(s, now, c.grace) {
-		e.uniqueGauge(claimLeak, 1, l.Claim.Key.Namespace, l.Claim.Key.Name, l.Pod, string(l.PodUID), l.Node, l.Device, string(l.Reason))
+		e.UniqueGauge(claimLeak, 1, l.Claim.Key.Namespace, l.Claim.Key.Name, l.Pod, string(l.PodUID), l.Node, l.Device, string(l.Reason))
 	}
 	return nil
 }

@@ -3,22 +3,24 @@ package collector
 import (
 	"time"
 
+	"github.com/dra-exporter/dra-exporter/internal/engine"
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
-var podInfo = newDef("dra_pod_info", typeGauge,
+var podInfo = family.New("dra_pod_info", family.TypeGauge,
 	"A pod that gets GPUs through a lane, with the node it is bound to.",
 	"namespace", "pod", "pod_uid", "node", "lane").
-	doc("lane is dra, dra-extended or device-plugin; node is empty while Pending. Finished pods are left out. Always 1.")
+	WithDoc("lane is dra, dra-extended or device-plugin; node is empty while Pending. Finished pods are left out. Always 1.")
 
 type podCollector struct {
 	labelKeys []string
-	labels    *Def
+	labels    *family.Def
 }
 
 // NewPodCollector exports GPU pods and, for the allowlisted label keys
 // only, their labels as dra_pod_labels{label_<key>}.
-func NewPodCollector(labelKeys []string) Collector {
+func NewPodCollector(labelKeys []string) engine.Collector {
 	c := &podCollector{}
 	names := []string{"namespace", "pod", "pod_uid"}
 	seen := map[string]bool{}
@@ -32,9 +34,9 @@ func NewPodCollector(labelKeys []string) Collector {
 		names = append(names, name)
 	}
 	if len(c.labelKeys) > 0 {
-		c.labels = newDef("dra_pod_labels", typeGauge,
+		c.labels = family.New("dra_pod_labels", family.TypeGauge,
 			"Allowlisted labels of GPU pods, as label_<key>.", names...).
-			doc("Only the keys --pod.labels-allowlist names. Always 1.")
+			WithDoc("Only the keys --pod.labels-allowlist names. Always 1.")
 	}
 	return c
 }
@@ -51,46 +53,46 @@ func sanitizeLabel(s string) string {
 
 func (c *podCollector) Name() string { return "pod" }
 
-func (c *podCollector) Defs() []*Def {
+func (c *podCollector) Defs() []*family.Def {
 	if c.labels == nil {
-		return []*Def{podInfo}
+		return []*family.Def{podInfo}
 	}
-	return []*Def{podInfo, c.labels}
+	return []*family.Def{podInfo, c.labels}
 }
 
-func (c *podCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
-	updateRows(c, s, e)
+func (c *podCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
+	engine.UpdateRows(c, s, e)
 	return nil
 }
 
-// eachRow: a pod's series read the pod (the row's key: an update makes a
+// EachRow: a pod's series read the pod (the row's key: an update makes a
 // new record) and its lane (which the classes decide for extended
 // resources).
-func (*podCollector) inputKinds() index.Kinds { return index.KindsOf(index.KindClass) }
+func (*podCollector) InputKinds() index.Kinds { return index.KindsOf(index.KindClass) }
 
-func (c *podCollector) eachRow(s *index.Snapshot, rows *rowPass) {
+func (c *podCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
 	var inputs []any
 	for _, p := range s.Pods {
-		if rows.kept(p) {
+		if rows.Kept(p) {
 			continue
 		}
 		lane := s.PodLane(p)
 		if lane == "" || p.Terminal() {
 			continue
 		}
-		e := rows.visit(p, append(inputs[:0], lane))
+		e := rows.Visit(p, append(inputs[:0], lane))
 		if e == nil {
 			continue
 		}
 		ns, name, uid := p.Key.Namespace, p.Key.Name, string(p.UID)
-		e.gauge(podInfo, 1, ns, name, uid, p.Obj.Spec.NodeName, lane)
+		e.Gauge(podInfo, 1, ns, name, uid, p.Obj.Spec.NodeName, lane)
 		if c.labels != nil {
 			// A slice of its own per series: the emitter keeps it.
 			lvs := append(make([]string, 0, 3+len(c.labelKeys)), ns, name, uid)
 			for _, k := range c.labelKeys {
 				lvs = append(lvs, p.Obj.Labels[k])
 			}
-			e.gauge(c.labels, 1, lvs...)
+			e.Gauge(c.labels, 1, lvs...)
 		}
 	}
 }

@@ -1,9 +1,14 @@
+// Package collector holds the cluster exporter's collectors, one concern per
+// file: each reads the same index snapshot, taken once per scrape by the
+// engine (internal/engine), and emits gauge series of the families it
+// defines (internal/family). Collectors never call the API server.
 package collector
 
 import (
 	"time"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 )
 
 // Config shapes the cluster collectors.
@@ -21,11 +26,11 @@ type Config struct {
 
 // ClusterCollectors returns the cluster exporter's collectors, in the order
 // their families appear in the metrics reference.
-func ClusterCollectors(cfg Config) []Collector {
+func ClusterCollectors(cfg Config) []engine.Collector {
 	// The gates read the blocked pods' verdicts: one walk of the tree
 	// serves both.
 	verdicts := &classify.Verdicts{}
-	return []Collector{
+	return []engine.Collector{
 		NewDeviceCollector(cfg.AttributeLabels),
 		NewDeviceClassCollector(),
 		NewClaimCollector(),

@@ -43,7 +43,7 @@ func TestImportRules(t *testing.T) {
 			if (pkg == "internal/index" || pkg == "internal/classify") && strings.HasPrefix(imp, "github.com/prometheus/") {
 				t.Errorf("%s imports %s: the index and the classifier stay free of Prometheus", pkg, imp)
 			}
-			if (pkg == "internal/index" || pkg == "internal/classify" || pkg == "collector") && talksToAPIServer(imp) {
+			if slices.Contains(scrapePath, pkg) && talksToAPIServer(imp) {
 				t.Errorf("%s imports %s: nothing on the scrape path talks to the API server", pkg, imp)
 			}
 		}
@@ -55,9 +55,12 @@ func TestImportRules(t *testing.T) {
 	}
 }
 
+// scrapePath are the packages a scrape runs through.
+var scrapePath = []string{"internal/index", "internal/classify", "collector", "internal/engine", "internal/family"}
+
 // clusterPackages are the cluster exporter's packages: collector and what
 // it and the informers stand on.
-var clusterPackages = []string{"collector", "internal/index", "internal/classify", "internal/offline", "internal/kube",
+var clusterPackages = []string{"collector", "internal/engine", "internal/family", "internal/selfmetrics", "internal/index", "internal/classify", "internal/offline", "internal/kube",
 	"internal/objects", "internal/dra", "internal/celmatch", "internal/devattr", "internal/shard", "internal/vocab"}
 
 // agentDependencies are what only the node agent may depend on.
@@ -96,6 +99,56 @@ func TestClusterDependencies(t *testing.T) {
 		for _, dep := range agentDependencies {
 			if pkg == dep || strings.HasPrefix(pkg, dep+"/") {
 				t.Errorf("the cluster exporter depends on %s, which only the node agent may", pkg)
+			}
+		}
+	}
+}
+
+// transitiveRules are what a package must not reach through any chain of
+// imports (go list -deps, non-test files): the node agent links the engine's
+// family definitions, never the cluster index, the classifier or CEL; the
+// engine stands below the collectors, which name it, not the other way.
+var transitiveRules = []struct {
+	from      []string
+	forbidden []string
+	why       string
+}{
+	{
+		from: []string{"internal/nodecollector", "internal/nodeagent", "internal/gpu", "internal/podresources", "internal/procmap",
+			"internal/family", "internal/selfmetrics"},
+		forbidden: []string{modulePath + "collector", modulePath + "internal/index", modulePath + "internal/classify",
+			modulePath + "internal/celmatch", "github.com/google/cel-go"},
+		why: "the node agent links the family definitions, not the cluster index, classifier or CEL",
+	},
+	{
+		from:      []string{"internal/engine"},
+		forbidden: []string{modulePath + "collector", modulePath + "internal/classify"},
+		why:       "the engine runs the collectors it is given and names none of them",
+	},
+}
+
+// TestTransitiveDependencies checks transitiveRules.
+func TestTransitiveDependencies(t *testing.T) {
+	for _, rule := range transitiveRules {
+		for _, from := range rule.from {
+			cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", modulePath+from)
+			cmd.Dir = "../.."
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Errorf("go list -deps %s: %v\n%s", from, err, out)
+				continue
+			}
+			deps := strings.Fields(string(out))
+			if !slices.Contains(deps, modulePath+from) {
+				t.Fatalf("go list -deps %s did not list the package itself", from)
+			}
+			for _, dep := range deps {
+				for _, bad := range rule.forbidden {
+					if dep == bad || strings.HasPrefix(dep, bad+"/") {
+						t.Errorf("%s depends on %s: %s", from, dep, rule.why)
+						break
+					}
+				}
 			}
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/dra"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/shard"
@@ -110,7 +111,7 @@ func (c *config) indexConfig(now func() time.Time, obs index.Observer) index.Con
 }
 
 // collectors builds the cluster collectors from the flags.
-func (c *config) collectors() ([]collector.Collector, error) {
+func (c *config) collectors() ([]engine.Collector, error) {
 	attrs, err := collector.ParseAttributeLabels(c.attributeLabels)
 	if err != nil {
 		return nil, fmt.Errorf("--device.attribute-labels: %w", err)

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/family"
 )
 
-func referenceDefs(t *testing.T) []*collector.Def {
+func referenceDefs(t *testing.T) []*family.Def {
 	t.Helper()
 	defs, err := allDefs()
 	if err != nil {

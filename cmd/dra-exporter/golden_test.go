@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/offline"
@@ -97,7 +97,7 @@ func TestGolden(t *testing.T) {
 }
 
 // fastText is what /metrics writes for the exporter's families.
-func fastText(exp *collector.Exporter, openMetrics bool) []byte {
+func fastText(exp *engine.Exporter, openMetrics bool) []byte {
 	var out []byte
 	for _, f := range exp.TextFamilies(openMetrics) {
 		out = f.AppendTo(out)
@@ -107,7 +107,7 @@ func fastText(exp *collector.Exporter, openMetrics bool) []byte {
 
 // gatheredOpenMetrics is client_golang's and expfmt's OpenMetrics rendering
 // of the exporter (without the final # EOF).
-func gatheredOpenMetrics(t *testing.T, exp *collector.Exporter) []byte {
+func gatheredOpenMetrics(t *testing.T, exp *engine.Exporter) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	for _, mf := range gather(t, exp) {
@@ -119,7 +119,7 @@ func gatheredOpenMetrics(t *testing.T, exp *collector.Exporter) []byte {
 }
 
 // gather is client_golang's Gather of the exporter alone.
-func gather(t *testing.T, exp *collector.Exporter) []*dto.MetricFamily {
+func gather(t *testing.T, exp *engine.Exporter) []*dto.MetricFamily {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(exp)
@@ -132,7 +132,7 @@ func gather(t *testing.T, exp *collector.Exporter) []*dto.MetricFamily {
 
 // fastProto is what /metrics writes for the exporter's families in the
 // delimited protobuf format.
-func fastProto(t *testing.T, exp *collector.Exporter) []byte {
+func fastProto(t *testing.T, exp *engine.Exporter) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	for _, f := range exp.TextFamilies(false) {
@@ -145,7 +145,7 @@ func fastProto(t *testing.T, exp *collector.Exporter) []byte {
 
 // gatheredProto is client_golang's and expfmt's delimited protobuf
 // encoding of the exporter.
-func gatheredProto(t *testing.T, exp *collector.Exporter) []byte {
+func gatheredProto(t *testing.T, exp *engine.Exporter) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeProtoDelim))
@@ -182,7 +182,7 @@ func firstDiff(got, want []byte) string {
 	return "(equal lines)"
 }
 
-func scenarioExporter(t *testing.T, dir string) *collector.Exporter {
+func scenarioExporter(t *testing.T, dir string) *engine.Exporter {
 	t.Helper()
 	cfg, err := defaultConfig()
 	if err != nil {
@@ -198,7 +198,7 @@ func scenarioExporter(t *testing.T, dir string) *collector.Exporter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return collector.NewExporter(ix, clock, false, nil, collectors...)
+	return engine.NewExporter(ix, clock, false, nil, collectors...)
 }
 
 // TestExplainAgreesWithMetric runs explain for every pod the golden metrics

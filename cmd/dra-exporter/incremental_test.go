@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
 )
@@ -42,18 +42,18 @@ func TestKeptFamiliesMatchAFreshScrape(t *testing.T) {
 			t.Fatal(err)
 		}
 		trimmer := cfg.trimmer()
-		exporter := func(src collector.Source) *collector.Exporter {
+		exporter := func(src engine.Source) *engine.Exporter {
 			collectors, err := cfg.collectors()
 			if err != nil {
 				t.Fatal(err)
 			}
-			return collector.NewExporter(src, clock, false, nil, collectors...)
+			return engine.NewExporter(src, clock, false, nil, collectors...)
 		}
 		for pass, order := range [][]int{rand.New(rand.NewPCG(0, 0)).Perm(len(objs)), identity(len(objs))} {
 			ix := index.New(cfg.indexConfig(clock, nil))
 			// One kept exporter per format: a scrape in the other format
 			// renders everything again.
-			kept := map[bool]*collector.Exporter{false: exporter(ix), true: exporter(ix)}
+			kept := map[bool]*engine.Exporter{false: exporter(ix), true: exporter(ix)}
 			check := func(what string, obj any) {
 				steps++
 				for _, om := range []bool{false, true} {
@@ -182,7 +182,7 @@ func identity(n int) []int {
 	return out
 }
 
-func join(families []collector.Family) []byte {
+func join(families []engine.Family) []byte {
 	var out []byte
 	for _, f := range families {
 		out = f.AppendTo(out)

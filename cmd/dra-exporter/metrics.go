@@ -13,7 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 
-	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 )
 
 // acceptedFormats are what /metrics offers, in client_golang's order of
@@ -21,13 +21,13 @@ import (
 var acceptedFormats = expfmt.DefaultOpenMetricsAcceptedFormats()
 
 // metricsHandler serves reg and, when cluster is set, the cluster families.
-// Those go the fast path (collector.Exporter.TextFamilies: the families kept
+// Those go the fast path (engine.Exporter.TextFamilies: the families kept
 // from the last scrape, rendered again only where the cluster changed) for
 // the text, OpenMetrics and delimited protobuf formats, which Prometheus
 // negotiates (protobuf first when native histograms are on); another format
 // (protobuf text, for debugging) goes through client_golang with
 // everything registered.
-func metricsHandler(reg *prometheus.Registry, cluster *collector.Exporter, logger *slog.Logger) http.Handler {
+func metricsHandler(reg *prometheus.Registry, cluster *engine.Exporter, logger *slog.Logger) http.Handler {
 	opts := promhttp.HandlerOpts{
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelError),
 		ErrorHandling:     promhttp.ContinueOnError,
@@ -73,15 +73,15 @@ func metricsHandler(reg *prometheus.Registry, cluster *collector.Exporter, logge
 // writeFamilies writes the gathered and the pre-rendered families merged in
 // name order, as Gather sorts them, in the format (text, OpenMetrics with
 // its final # EOF, or delimited protobuf).
-func writeFamilies(w io.Writer, gathered []*dto.MetricFamily, rendered []collector.Family, format expfmt.Format) error {
+func writeFamilies(w io.Writer, gathered []*dto.MetricFamily, rendered []engine.Family, format expfmt.Format) error {
 	var encode func(*dto.MetricFamily) error
-	write := collector.Family.WriteTo
+	write := engine.Family.WriteTo
 	switch format.FormatType() {
 	case expfmt.TypeOpenMetrics:
 		encode = func(mf *dto.MetricFamily) error { _, err := expfmt.MetricFamilyToOpenMetrics(w, mf); return err }
 	case expfmt.TypeProtoDelim:
 		encode = expfmt.NewEncoder(w, format).Encode // with the negotiated name escaping
-		write = collector.Family.WriteProtoTo
+		write = engine.Family.WriteProtoTo
 	default:
 		encode = func(mf *dto.MetricFamily) error { _, err := expfmt.MetricFamilyToText(w, mf); return err }
 	}

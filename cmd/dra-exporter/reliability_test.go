@@ -9,14 +9,14 @@ import (
 	"github.com/alecthomas/kingpin/v2"
 	"k8s.io/klog/v2"
 
-	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/kube"
+	"github.com/dra-exporter/dra-exporter/internal/selfmetrics"
 )
 
 // The reason label's values are the informer layer's classification.
 func TestWatchErrorReasonsAgree(t *testing.T) {
-	if !slices.Equal(kube.WatchErrorReasons, collector.WatchErrorReasons) {
-		t.Errorf("kube classifies %v, the self-metrics export %v", kube.WatchErrorReasons, collector.WatchErrorReasons)
+	if !slices.Equal(kube.WatchErrorReasons, selfmetrics.WatchErrorReasons) {
+		t.Errorf("kube classifies %v, the self-metrics export %v", kube.WatchErrorReasons, selfmetrics.WatchErrorReasons)
 	}
 }
 

@@ -18,8 +18,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/kube"
+	"github.com/dra-exporter/dra-exporter/internal/selfmetrics"
 )
 
 func serve(prog string, args []string, stdout, stderr io.Writer) int {
@@ -55,7 +57,7 @@ func serve(prog string, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	self := collector.NewSelf()
+	self := selfmetrics.NewSelf()
 	self.SetShard(cfg.shard)
 	// The latency histograms carry no namespace: shard 0, which sees every
 	// claim and pod anyway, observes them for the whole cluster.
@@ -90,7 +92,7 @@ func serve(prog string, args []string, stdout, stderr io.Writer) int {
 
 	stale := func() bool { return len(informers.Stale()) > 0 }
 	self.TrackHeld(stale)
-	cluster := collector.NewExporter(ix, nil, true, logger, collectorList...).Shard(cfg.shard).
+	cluster := engine.NewExporter(ix, nil, true, logger, collectorList...).Shard(cfg.shard).
 		RenderOnlyWhen(func() bool { return len(informers.Unsynced()) == 0 }).
 		HoldVerdictsWhen(stale)
 	reg := prometheus.NewRegistry()

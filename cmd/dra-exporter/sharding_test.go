@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/api/meta"
 
-	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/offline"
 	"github.com/dra-exporter/dra-exporter/internal/shard"
@@ -116,7 +116,7 @@ func renderShard(t *testing.T, path string, sh shard.Shard) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, err := collector.Render(collector.NewExporter(ix, clock, false, nil, collectors...).Shard(sh))
+	out, err := engine.Render(engine.NewExporter(ix, clock, false, nil, collectors...).Shard(sh))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
 	"github.com/dra-exporter/dra-exporter/internal/offline"
@@ -41,7 +41,7 @@ func snapshot(prog string, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	out, err := collector.Render(collector.NewExporter(ix, clock, false, logger, collectors...))
+	out, err := engine.Render(engine.NewExporter(ix, clock, false, logger, collectors...))
 	if err != nil {
 		fmt.Fprintln(stderr, prog+":", err)
 		return 1
@@ -83,4 +83,4 @@ func reportProblems(w io.Writer, problems []objects.Problem) {
 	}
 }
 
-var _ collector.Source = (*index.Index)(nil)
+var _ engine.Source = (*index.Index)(nil)

@@ -20,7 +20,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web/kingpinflag"
 	"k8s.io/klog/v2"
 
-	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 )
 
 // webFlags are the HTTP and log flags that serve and node share:
@@ -55,7 +55,7 @@ func (w *webFlags) logger(stderr io.Writer) *slog.Logger {
 // listenAndServe serves /metrics from reg (and cluster, when set: see
 // metricsHandler), /healthz, /readyz (ready says why it is not, "" when it
 // is) and a landing page, until ctx ends.
-func (w *webFlags) listenAndServe(ctx context.Context, logger *slog.Logger, reg *prometheus.Registry, cluster *collector.Exporter, name, description string, ready func() string) int {
+func (w *webFlags) listenAndServe(ctx context.Context, logger *slog.Logger, reg *prometheus.Registry, cluster *engine.Exporter, name, description string, ready func() string) int {
 	mux := http.NewServeMux()
 	mux.Handle(w.metricsPath, metricsHandler(reg, cluster, logger))
 	probes(mux, ready)

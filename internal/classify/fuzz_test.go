@@ -24,6 +24,7 @@ import (
 
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/nvidia"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
@@ -525,8 +526,8 @@ func (o checkingObserver) ObservePodStartup(lane, stage string, d time.Duration)
 
 var fuzzTrimmer = objects.Trimmer{PodLabels: []string{"app"}}
 
-func fuzzCollectors() []collector.Collector {
-	return []collector.Collector{
+func fuzzCollectors() []engine.Collector {
+	return []engine.Collector{
 		collector.NewDeviceCollector(collector.DefaultAttributeLabels),
 		collector.NewDeviceClassCollector(),
 		collector.NewClaimCollector(),
@@ -554,7 +555,7 @@ func apply(t *testing.T, ix *index.Index, o op, live bool) {
 func render(t *testing.T, ix *index.Index, what string) string {
 	t.Helper()
 	h := &recordingHandler{}
-	out, err := collector.Render(collector.NewExporter(ix, func() time.Time { return T0 }, false, slog.New(h), fuzzCollectors()...))
+	out, err := engine.Render(engine.NewExporter(ix, func() time.Time { return T0 }, false, slog.New(h), fuzzCollectors()...))
 	if err != nil {
 		t.Fatalf("%s: render: %v", what, err)
 	}

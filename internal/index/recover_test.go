@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	. "github.com/dra-exporter/dra-exporter/internal/testobj"
 )
@@ -301,9 +302,9 @@ const errTest = testError("fill failed")
 // render is the exposition the cluster collectors write for the index.
 func render(t *testing.T, ix *index.Index) string {
 	t.Helper()
-	x := collector.NewExporter(ix, func() time.Time { return T0.Add(time.Hour) }, false, nil,
+	x := engine.NewExporter(ix, func() time.Time { return T0.Add(time.Hour) }, false, nil,
 		collector.ClusterCollectors(collector.Config{UnreservedGrace: 5 * time.Minute})...)
-	out, err := collector.Render(x)
+	out, err := engine.Render(x)
 	if err != nil {
 		t.Fatal(err)
 	}

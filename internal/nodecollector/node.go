@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/gpu"
 	"github.com/dra-exporter/dra-exporter/internal/nodeagent"
 )
@@ -27,7 +27,7 @@ var gpuLabels = []string{"node", "gpu_uuid", "driver", "pool", "device", "lane",
 // gpuFamily is a per-GPU family read from one DCGM field.
 type gpuFamily struct {
 	field gpu.FieldID
-	def   *collector.Def
+	def   *family.Def
 }
 
 // docSep splits a family text into its HELP line and its guidance.
@@ -45,74 +45,74 @@ func newGPUFamily(id gpu.FieldID, name, typ, help string) gpuFamily {
 	if !f.Instance {
 		help += "; a GPU's own, never a MIG instance's"
 	}
-	return gpuFamily{field: id, def: collector.NewDef(name, typ, help+".", gpuLabels...)}
+	return gpuFamily{field: id, def: family.NewSplit(name, typ, help+".", gpuLabels...)}
 }
 
 var gpuFamilies = []gpuFamily{
-	newGPUFamily(gpu.FieldGPUUtil, "dra_gpu_utilization_ratio", collector.TypeGauge,
+	newGPUFamily(gpu.FieldGPUUtil, "dra_gpu_utilization_ratio", family.TypeGauge,
 		"Fraction of the last sample period a kernel ran on the GPU."),
-	newGPUFamily(gpu.FieldFBUsed, "dra_gpu_memory_used_bytes", collector.TypeGauge,
+	newGPUFamily(gpu.FieldFBUsed, "dra_gpu_memory_used_bytes", family.TypeGauge,
 		"Framebuffer memory used on the GPU or MIG instance, in bytes."),
-	newGPUFamily(gpu.FieldFBFree, "dra_gpu_memory_free_bytes", collector.TypeGauge,
+	newGPUFamily(gpu.FieldFBFree, "dra_gpu_memory_free_bytes", family.TypeGauge,
 		"Framebuffer memory free on the GPU or MIG instance, in bytes."),
-	newGPUFamily(gpu.FieldFBTotal, "dra_gpu_memory_total_bytes", collector.TypeGauge,
+	newGPUFamily(gpu.FieldFBTotal, "dra_gpu_memory_total_bytes", family.TypeGauge,
 		"Framebuffer memory of the GPU or MIG instance, in bytes."),
-	newGPUFamily(gpu.FieldPowerUsage, "dra_gpu_power_watts", collector.TypeGauge,
+	newGPUFamily(gpu.FieldPowerUsage, "dra_gpu_power_watts", family.TypeGauge,
 		"Board power draw, in watts."),
-	newGPUFamily(gpu.FieldGPUTemp, "dra_gpu_temperature_celsius", collector.TypeGauge,
+	newGPUFamily(gpu.FieldGPUTemp, "dra_gpu_temperature_celsius", family.TypeGauge,
 		"GPU core temperature, in degrees Celsius."),
-	newGPUFamily(gpu.FieldSMClock, "dra_gpu_sm_clock_hertz", collector.TypeGauge,
+	newGPUFamily(gpu.FieldSMClock, "dra_gpu_sm_clock_hertz", family.TypeGauge,
 		"Streaming multiprocessor clock, in hertz."),
-	newGPUFamily(gpu.FieldXIDErrors, "dra_gpu_last_xid_error", collector.TypeGauge,
+	newGPUFamily(gpu.FieldXIDErrors, "dra_gpu_last_xid_error", family.TypeGauge,
 		"Code of the last XID error the driver reported for the GPU (0: none yet). None since DCGM started watching the GPU, or with NVML since the agent started."),
-	newGPUFamily(gpu.FieldECCSBEVolTotal, "dra_gpu_ecc_single_bit_errors_total", collector.TypeCounter,
+	newGPUFamily(gpu.FieldECCSBEVolTotal, "dra_gpu_ecc_single_bit_errors_total", family.TypeCounter,
 		"Single-bit (corrected) ECC errors since the driver loaded."),
-	newGPUFamily(gpu.FieldECCDBEVolTotal, "dra_gpu_ecc_double_bit_errors_total", collector.TypeCounter,
+	newGPUFamily(gpu.FieldECCDBEVolTotal, "dra_gpu_ecc_double_bit_errors_total", family.TypeCounter,
 		"Double-bit (uncorrectable) ECC errors since the driver loaded."),
-	newGPUFamily(gpu.FieldProfGrEngine, "dra_gpu_graphics_engine_active_ratio", collector.TypeGauge,
+	newGPUFamily(gpu.FieldProfGrEngine, "dra_gpu_graphics_engine_active_ratio", family.TypeGauge,
 		"Fraction of time the graphics or compute engine was active (DCGM profiling; MIG instances included)."),
-	newGPUFamily(gpu.FieldProfSMActive, "dra_gpu_sm_active_ratio", collector.TypeGauge,
+	newGPUFamily(gpu.FieldProfSMActive, "dra_gpu_sm_active_ratio", family.TypeGauge,
 		"Fraction of time at least one warp was active on an SM, averaged over the SMs (DCGM profiling)."),
-	newGPUFamily(gpu.FieldProfTensor, "dra_gpu_tensor_pipe_active_ratio", collector.TypeGauge,
+	newGPUFamily(gpu.FieldProfTensor, "dra_gpu_tensor_pipe_active_ratio", family.TypeGauge,
 		"Fraction of cycles the tensor pipes were active (DCGM profiling)."),
-	newGPUFamily(gpu.FieldProfDRAMActive, "dra_gpu_dram_active_ratio", collector.TypeGauge,
+	newGPUFamily(gpu.FieldProfDRAMActive, "dra_gpu_dram_active_ratio", family.TypeGauge,
 		"Fraction of cycles device memory was sending or receiving data (DCGM profiling)."),
 }
 
 var (
-	gpuInfo = collector.NewDef("dra_gpu_info", collector.TypeGauge,
+	gpuInfo = family.NewSplit("dra_gpu_info", family.TypeGauge,
 		"A GPU or MIG instance of the node, with the ResourceSlice device that publishes it."+docSep+"From the GPU source or the node's ResourceSlices. Always 1.",
 		"node", "gpu_uuid", "parent_gpu_uuid", "product", "driver", "pool", "device")
-	gpuLost = collector.NewDef("dra_gpu_lost", collector.TypeGauge,
+	gpuLost = family.NewSplit("dra_gpu_lost", family.TypeGauge,
 		"Whether the GPU source reports the GPU (or a MIG instance's GPU) lost, fallen off the bus (1), or not (0)."+docSep+"A lost GPU (XID 79) answers no field: its telemetry families are absent while this reads 1 and the source is up. Needs a node reboot or a GPU reset.",
 		gpuLabels...)
-	gpuHolderInfo = collector.NewDef("dra_gpu_holder_info", collector.TypeGauge,
+	gpuHolderInfo = family.NewSplit("dra_gpu_holder_info", family.TypeGauge,
 		"A pod holding a GPU or MIG instance, in the dra, dra-extended or device-plugin lane."+docSep+"In the dra lane through a claim (what the kubelet prepared, or the claim allocations when the kubelet does not report DRA), in the device-plugin lane through the kubelet's device assignment (--device-plugin.resources; time-sliced and MPS replicas GPU-<uuid>::<n> and nvidia<minor> IDs name their GPU). Always 1.",
 		"node", "gpu_uuid", "lane", "namespace", "pod", "pod_uid", "claim")
-	gpuPodMemory = collector.NewDef("dra_gpu_pod_memory_used_bytes", collector.TypeGauge,
+	gpuPodMemory = family.NewSplit("dra_gpu_pod_memory_used_bytes", family.TypeGauge,
 		"GPU memory the processes of one pod use on a GPU or MIG instance, in bytes."+docSep+"From the NVML process list, each PID mapped to its pod by its cgroup. Processes of no pod have empty pod labels; the series of a GPU add up to its processes' memory. A process whose memory NVML cannot tell (NVML_VALUE_NOT_AVAILABLE) adds nothing.",
 		"node", "gpu_uuid", "namespace", "pod", "pod_uid")
-	gpuIsolationViolation = collector.NewDef("dra_gpu_isolation_violation", collector.TypeGauge,
+	gpuIsolationViolation = family.NewSplit("dra_gpu_isolation_violation", family.TypeGauge,
 		"A pod with a process on a GPU it holds in neither lane (neither the kubelet nor a claim allocation gives it this GPU). Always 1.",
 		"node", "gpu_uuid", "namespace", "pod", "pod_uid")
-	nodeClaimConflict = collector.NewDef("dra_node_claim_conflict", collector.TypeGauge,
+	nodeClaimConflict = family.NewSplit("dra_node_claim_conflict", family.TypeGauge,
 		"The kubelet and the API server disagree about a device of this node, or a GPU is held in both lanes."+docSep+"reason not_prepared (a running container's claim the kubelet does not report; claims only init containers use are left out), prepared_without_claim or both_lanes. Always 1.",
 		"node", "namespace", "claim", "pod", "pod_uid", "driver", "pool", "device", "gpu_uuid", "reason")
-	gpuSourceUp = collector.NewDef("dra_gpu_source_up", collector.TypeGauge,
+	gpuSourceUp = family.NewSplit("dra_gpu_source_up", family.TypeGauge,
 		"Whether the GPU source answered the last scrape (1) or not (0)."+docSep+"source names the one serving (dcgm, nvml, recorded), or the configured one (auto, dcgm, nvml, none) while none does. With --gpu.source=auto DCGM serves where it starts (profiling needs it), NVML (part of the driver) where it does not. While it is 0 the GPU telemetry families are absent, the agent reconnects with backoff, and the claim and kubelet families are still served.",
 		"source")
-	fieldGroupWatched = collector.NewDef("dra_gpu_field_group_watched", collector.TypeGauge,
+	fieldGroupWatched = family.NewSplit("dra_gpu_field_group_watched", family.TypeGauge,
 		"Whether the GPU source watches a group of fields (1) or not (0), with the reason when not."+docSep+"field_group basic (utilisation, memory, power, temperature, clock, ECC, XID) or profiling (DCGM_FI_PROF_*, DCGM only); reason unsupported, no_permission (profiling needs CAP_SYS_ADMIN before Hopper), in_use (another DCGM client holds the profiling lock: the GPU Operator's dcgm-exporter), failed. Profiling is watched apart from the basic fields, so its failure leaves them served. Absent while the source is down.",
 		"field_group", "reason")
-	podResourcesUp = collector.NewDef("dra_node_podresources_up", collector.TypeGauge,
+	podResourcesUp = family.NewSplit("dra_node_podresources_up", family.TypeGauge,
 		"Whether the kubelet's pod-resources API answered the last scrape (1) or not (0: socket missing, kubelet down, disabled). While it is 0 the dra lane falls back to the claim allocations and the device-plugin lane is unknown.")
-	podResourcesDynamic = collector.NewDef("dra_node_podresources_dynamic_resources", collector.TypeGauge,
+	podResourcesDynamic = family.NewSplit("dra_node_podresources_dynamic_resources", family.TypeGauge,
 		"Whether the kubelet's pod-resources API reports DRA claims (1) or not (0)."+docSep+"0 while pods of the node hold allocated claims: feature gate KubeletPodResourcesDynamicResources off or an old kubelet; the dra lane then comes from the claim allocations. Absent when it cannot be told.")
-	hostProcsVisible = collector.NewDef("dra_node_host_processes_visible", collector.TypeGauge,
+	hostProcsVisible = family.NewSplit("dra_node_host_processes_visible", family.TypeGauge,
 		"Whether the host's processes are visible under --proc-root (1) or not (0)."+docSep+"1 only in the host's PID namespace (hostPID: the kernel's kthreadd is PID 2 there), where NVML's process IDs resolve; without it GPU processes do not map to pods: no per-pod memory, no isolation check.")
-	nodeScrapeDuration = collector.NewDef("dra_node_scrape_collector_duration_seconds", collector.TypeGauge,
+	nodeScrapeDuration = family.NewSplit("dra_node_scrape_collector_duration_seconds", family.TypeGauge,
 		"Time a part of the node agent's scrape took (gpu, podresources, procmap, join), in seconds.", "collector").Liveness()
-	nodeScrapeSuccess = collector.NewDef("dra_node_scrape_collector_success", collector.TypeGauge,
+	nodeScrapeSuccess = family.NewSplit("dra_node_scrape_collector_success", family.TypeGauge,
 		"Whether a part of the node agent's scrape succeeded (1) or failed (0).", "collector").Liveness()
 )
 
@@ -135,8 +135,8 @@ func New(g Gatherer, timing bool) *Node {
 }
 
 // Defs lists the node agent's families, in exposition order.
-func Defs() []*collector.Def {
-	defs := []*collector.Def{gpuInfo}
+func Defs() []*family.Def {
+	defs := []*family.Def{gpuInfo}
 	for _, f := range gpuFamilies {
 		defs = append(defs, f.def)
 	}
@@ -161,7 +161,7 @@ type series struct {
 	seen map[string]bool
 }
 
-func (s *series) add(d *collector.Def, typ prometheus.ValueType, v float64, lvs ...string) {
+func (s *series) add(d *family.Def, typ prometheus.ValueType, v float64, lvs ...string) {
 	key := d.Name + "\xff" + strings.Join(lvs, "\xff")
 	if s.seen[key] {
 		return
@@ -170,7 +170,7 @@ func (s *series) add(d *collector.Def, typ prometheus.ValueType, v float64, lvs 
 	s.out = append(s.out, prometheus.MustNewConstMetric(d.Desc(), typ, v, lvs...))
 }
 
-func (s *series) gauge(d *collector.Def, v float64, lvs ...string) {
+func (s *series) gauge(d *family.Def, v float64, lvs ...string) {
 	s.add(d, prometheus.GaugeValue, v, lvs...)
 }
 
@@ -204,7 +204,7 @@ func (n *Node) Collect(ch chan<- prometheus.Metric) {
 			}
 			field, _ := gpu.FieldByID(f.field)
 			typ := prometheus.GaugeValue
-			if f.def.Type == collector.TypeCounter {
+			if f.def.Type == family.TypeCounter {
 				typ = prometheus.CounterValue
 			}
 			s.add(f.def, typ, raw*field.Scale, lvs...)

@@ -3,10 +3,11 @@ package nodecollector
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/family"
+	"github.com/dra-exporter/dra-exporter/internal/selfmetrics"
 )
 
-var claimFetchErrors = collector.NewDef("dra_node_claim_fetch_errors_total", collector.TypeCounter,
+var claimFetchErrors = family.NewSplit("dra_node_claim_fetch_errors_total", family.TypeCounter,
 	"Failed gets of the ResourceClaims of the node's pods, by reason (forbidden, error)."+docSep+"forbidden: the agent's ClusterRole lacks get on resourceclaims; error: the API server unreachable or slow. Each fetch round counts each failed claim once; the claim keeps its last known state and its GPUs read from the kubelet. Logged when the error changes.",
 	"reason").Liveness()
 
@@ -14,14 +15,14 @@ var claimFetchErrors = collector.NewDef("dra_node_claim_fetch_errors_total", col
 // server self-metrics (resources pods, resourceslices, nodes) and the
 // failed claim fetches. It implements internal/kube's NodeRecorder.
 type Self struct {
-	*collector.Self
+	*selfmetrics.Self
 	fetch *prometheus.CounterVec
 }
 
 // NewSelf returns the agent's self-metrics; the fetch failures' reasons
 // start at zero, so that absent and zero are not confused.
 func NewSelf(fetchReasons ...string) *Self {
-	s := &Self{Self: collector.NewSelf(),
+	s := &Self{Self: selfmetrics.NewSelf(),
 		fetch: prometheus.NewCounterVec(prometheus.CounterOpts{Name: claimFetchErrors.Name, Help: claimFetchErrors.Help}, claimFetchErrors.Labels)}
 	for _, r := range fetchReasons {
 		s.fetch.WithLabelValues(r)
@@ -30,7 +31,7 @@ func NewSelf(fetchReasons ...string) *Self {
 }
 
 // SelfDefs lists the agent's own families beyond the exporter's.
-func SelfDefs() []*collector.Def { return []*collector.Def{claimFetchErrors} }
+func SelfDefs() []*family.Def { return []*family.Def{claimFetchErrors} }
 
 // ClaimFetchError counts a failed claim get.
 func (s *Self) ClaimFetchError(reason string) { s.fetch.WithLabelValues(reason).Inc() }

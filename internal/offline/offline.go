@@ -1,6 +1,6 @@
 // Package offline builds the exporter's index from objects read from files:
 // the snapshot and explain commands and the golden tests share it
-// (collector.Render prints the exposition). A file may be an evidence
+// (engine.Render prints the exposition). A file may be an evidence
 // bundle (dra-exporter bundle): its objects are read.
 package offline
 

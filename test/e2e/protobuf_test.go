@@ -22,7 +22,7 @@ import (
 // the protobuf format only (what it asks for first with native histograms
 // on) and in the text format, and stores the same cluster series from
 // both; the exporter answers the protobuf Accept header with delimited
-// protobuf (served from the kept families, collector.Family.WriteProtoTo).
+// protobuf (served from the kept families, engine.Family.WriteProtoTo).
 func TestPrometheusScrapesProtobuf(t *testing.T) {
 	requireCluster(t)
 	bin := os.Getenv(cluster.EnvPrometheus)

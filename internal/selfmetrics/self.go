@@ -1,4 +1,7 @@
-package collector
+// Package selfmetrics holds the informer layer's own health metrics, which
+// the cluster exporter and the node agent share: events, watch errors and
+// health, relists, rejected objects, index rebuilds, the API server probe.
+package selfmetrics
 
 import (
 	"strconv"
@@ -7,48 +10,49 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/shard"
 )
 
 var (
-	informerSynced = newDef("dra_exporter_informer_synced", typeGauge,
+	informerSynced = family.New("dra_exporter_informer_synced", family.TypeGauge,
 		"Whether the informer of a resource has completed its initial list (1) or not (0).",
-		"resource").live().
-		doc("Until every informer has synced, /metrics carries only the exporter's own families (a partial index would read as leaks and empty classes) and /readyz fails.")
-	eventsTotal = newDef("dra_exporter_events_total", typeCounter,
+		"resource").Liveness().
+		WithDoc("Until every informer has synced, /metrics carries only the exporter's own families (a partial index would read as leaks and empty classes) and /readyz fails.")
+	eventsTotal = family.New("dra_exporter_events_total", family.TypeCounter,
 		"Watch events the exporter processed, per resource and type (add, update, delete).",
-		"resource", "type").live()
-	watchErrors = newDef("dra_exporter_watch_errors_total", typeCounter,
+		"resource", "type").Liveness()
+	watchErrors = family.New("dra_exporter_watch_errors_total", family.TypeCounter,
 		"Errors listing or watching a resource, by reason.",
-		"resource", "reason").live().
-		doc("Every error the informers' list and watch calls meet, each also logged: `unreachable` (refused, reset, timed out: calls then wait for the API server probe instead of client-go's growing backoff), `expired` (410 Gone: the watch's resourceVersion was compacted, a relist follows), `unauthorized` (401), `forbidden` (403), `not_found` (404: resource not served), `throttled` (429), `server_error` (5xx), `other`. Every reason is exported from the start, at 0. The exporter keeps serving its last known state meanwhile; dra_exporter_watch_healthy says which resources are stale.")
-	watchHealthy = newDef("dra_exporter_watch_healthy", typeGauge,
+		"resource", "reason").Liveness().
+		WithDoc("Every error the informers' list and watch calls meet, each also logged: `unreachable` (refused, reset, timed out: calls then wait for the API server probe instead of client-go's growing backoff), `expired` (410 Gone: the watch's resourceVersion was compacted, a relist follows), `unauthorized` (401), `forbidden` (403), `not_found` (404: resource not served), `throttled` (429), `server_error` (5xx), `other`. Every reason is exported from the start, at 0. The exporter keeps serving its last known state meanwhile; dra_exporter_watch_healthy says which resources are stale.")
+	watchHealthy = family.New("dra_exporter_watch_healthy", family.TypeGauge,
 		"Whether the exporter holds a resource as the API server has it now (1), or serves a stale copy (0).",
-		"resource").live().
-		doc("1 while a watch is open and the index has every object of the list it resumed from; 0 from the moment a watch breaks (the API server goes away, 410 Gone, a list fails) until a watch is open again and, when it had to relist, the whole relist is in the index; also 0 before the initial list. While any resource is 0, dra_pod_blocked, dra_claim_reservation_leak, dra_device_allocation_conflict and the gate families (dra_pod_gate, dra_pod_ready, dra_negative_control) are held at the last scrape every resource was current for (dra_exporter_verdicts_held): a verdict computed from a fresh resource and a stale one (pods back, claims not yet) would page for nothing. The other families serve what each resource last said.")
-	watchStaleSeconds = newDef("dra_exporter_watch_stale_seconds", typeGauge,
+		"resource").Liveness().
+		WithDoc("1 while a watch is open and the index has every object of the list it resumed from; 0 from the moment a watch breaks (the API server goes away, 410 Gone, a list fails) until a watch is open again and, when it had to relist, the whole relist is in the index; also 0 before the initial list. While any resource is 0, dra_pod_blocked, dra_claim_reservation_leak, dra_device_allocation_conflict and the gate families (dra_pod_gate, dra_pod_ready, dra_negative_control) are held at the last scrape every resource was current for (dra_exporter_verdicts_held): a verdict computed from a fresh resource and a stale one (pods back, claims not yet) would page for nothing. The other families serve what each resource last said.")
+	watchStaleSeconds = family.New("dra_exporter_watch_stale_seconds", family.TypeGauge,
 		"Seconds since the exporter last held a resource as the API server has it, 0 while it does.",
-		"resource").live()
-	relists = newDef("dra_exporter_relists_total", typeCounter,
+		"resource").Liveness()
+	relists = family.New("dra_exporter_relists_total", family.TypeCounter,
 		"Lists of a resource after its initial list, when a watch could not resume from where it broke.",
-		"resource").live().
-		doc("After 410 Gone (an etcd compaction, or an API server restarted without the watch's events). Each relist's changes reach the index as one batch; latencies of the transitions it reveals are timed from the objects' own timestamps (see the latency families).")
-	verdictsHeld = newDef("dra_exporter_verdicts_held", typeGauge,
-		"Whether the verdict families are held at their last consistent state (1) while a resource is stale.").live().
-		doc("The verdict families are dra_pod_blocked, dra_claim_reservation_leak, dra_device_allocation_conflict, the gate families dra_pod_gate, dra_pod_ready and dra_negative_control, and dra_pod_lower_priority_holders, which the blocked collector also writes.")
-	indexRebuilds = newDef("dra_exporter_index_rebuilds_total", typeCounter,
-		"Rebuilds of the index from the informers' caches after an update panicked half-way.").live().
-		doc("The change that panicked is rejected (dra_exporter_objects_rejected_total) and the exporter serves its last snapshot until the index is rebuilt; /readyz fails meanwhile.")
-	apiServerUp = newDef("dra_exporter_apiserver_up", typeGauge,
-		"Whether the API server answered the exporter's last /readyz probe (1) or not (0).").live().
-		doc("While it is 0 the exporter serves its last known state.")
-	shardInfo = newDef("dra_exporter_shard_info", typeGauge,
+		"resource").Liveness().
+		WithDoc("After 410 Gone (an etcd compaction, or an API server restarted without the watch's events). Each relist's changes reach the index as one batch; latencies of the transitions it reveals are timed from the objects' own timestamps (see the latency families).")
+	verdictsHeld = family.New("dra_exporter_verdicts_held", family.TypeGauge,
+		"Whether the verdict families are held at their last consistent state (1) while a resource is stale.").Liveness().
+		WithDoc("The verdict families are dra_pod_blocked, dra_claim_reservation_leak, dra_device_allocation_conflict, the gate families dra_pod_gate, dra_pod_ready and dra_negative_control, and dra_pod_lower_priority_holders, which the blocked collector also writes.")
+	indexRebuilds = family.New("dra_exporter_index_rebuilds_total", family.TypeCounter,
+		"Rebuilds of the index from the informers' caches after an update panicked half-way.").Liveness().
+		WithDoc("The change that panicked is rejected (dra_exporter_objects_rejected_total) and the exporter serves its last snapshot until the index is rebuilt; /readyz fails meanwhile.")
+	apiServerUp = family.New("dra_exporter_apiserver_up", family.TypeGauge,
+		"Whether the API server answered the exporter's last /readyz probe (1) or not (0).").Liveness().
+		WithDoc("While it is 0 the exporter serves its last known state.")
+	shardInfo = family.New("dra_exporter_shard_info", family.TypeGauge,
 		"The shard of the cluster this exporter serves, when the exporter is sharded.",
-		"shard", "total_shards").live().
-		doc("Only with --total-shards above 1. Shard N serves the namespaces whose FNV-1a 32 hash mod total_shards is N; shard 0 also serves the cluster-scoped families and the latency histograms. count(dra_exporter_shard_info) below total_shards means a shard is missing. Always 1.")
-	objectsRejected = newDef("dra_exporter_objects_rejected_total", typeCounter,
+		"shard", "total_shards").Liveness().
+		WithDoc("Only with --total-shards above 1. Shard N serves the namespaces whose FNV-1a 32 hash mod total_shards is N; shard 0 also serves the cluster-scoped families and the latency histograms. count(dra_exporter_shard_info) below total_shards means a shard is missing. Always 1.")
+	objectsRejected = family.New("dra_exporter_objects_rejected_total", family.TypeCounter,
 		"Objects the index could not use, per resource.",
-		"resource").live()
+		"resource").Liveness()
 )
 
 // WatchErrorReasons are the values of dra_exporter_watch_errors_total's
@@ -90,8 +94,8 @@ func NewSelf() *Self {
 }
 
 // Defs lists the self families.
-func (s *Self) Defs() []*Def {
-	return []*Def{informerSynced, eventsTotal, watchErrors, watchHealthy, watchStaleSeconds, relists, objectsRejected,
+func (s *Self) Defs() []*family.Def {
+	return []*family.Def{informerSynced, eventsTotal, watchErrors, watchHealthy, watchStaleSeconds, relists, objectsRejected,
 		indexRebuilds, verdictsHeld, apiServerUp, shardInfo}
 }
 
@@ -137,7 +141,7 @@ func (s *Self) TrackWatch(resource string, state func() (healthy bool, since tim
 }
 
 // APIServerUp records the outcome of the last API server probe.
-func (s *Self) APIServerUp(up bool) { s.up.Set(boolFloat(up)) }
+func (s *Self) APIServerUp(up bool) { s.up.Set(family.BoolFloat(up)) }
 
 // Rejected counts an object the index refused.
 func (s *Self) Rejected(resource string) { s.rejected.WithLabelValues(resource).Inc() }
@@ -159,24 +163,24 @@ func (s *Self) TrackSynced(resource string, synced func() bool) {
 
 // Describe implements prometheus.Collector.
 func (s *Self) Describe(ch chan<- *prometheus.Desc) {
-	ch <- informerSynced.desc
-	ch <- watchHealthy.desc
-	ch <- watchStaleSeconds.desc
-	ch <- verdictsHeld.desc
+	ch <- informerSynced.Desc()
+	ch <- watchHealthy.Desc()
+	ch <- watchStaleSeconds.Desc()
+	ch <- verdictsHeld.Desc()
 	s.events.Describe(ch)
 	s.errors.Describe(ch)
 	s.relists.Describe(ch)
 	s.rejected.Describe(ch)
 	s.rebuilds.Describe(ch)
 	s.up.Describe(ch)
-	ch <- shardInfo.desc
+	ch <- shardInfo.Desc()
 }
 
 // Collect implements prometheus.Collector.
 func (s *Self) Collect(ch chan<- prometheus.Metric) {
 	s.mu.Lock()
 	for resource, synced := range s.synced {
-		ch <- prometheus.MustNewConstMetric(informerSynced.desc, prometheus.GaugeValue, boolFloat(synced()), resource)
+		ch <- prometheus.MustNewConstMetric(informerSynced.Desc(), prometheus.GaugeValue, family.BoolFloat(synced()), resource)
 	}
 	now := s.now()
 	for resource, state := range s.watches {
@@ -185,16 +189,16 @@ func (s *Self) Collect(ch chan<- prometheus.Metric) {
 		if !healthy {
 			stale = max(now.Sub(since).Seconds(), 0)
 		}
-		ch <- prometheus.MustNewConstMetric(watchHealthy.desc, prometheus.GaugeValue, boolFloat(healthy), resource)
-		ch <- prometheus.MustNewConstMetric(watchStaleSeconds.desc, prometheus.GaugeValue, stale, resource)
+		ch <- prometheus.MustNewConstMetric(watchHealthy.Desc(), prometheus.GaugeValue, family.BoolFloat(healthy), resource)
+		ch <- prometheus.MustNewConstMetric(watchStaleSeconds.Desc(), prometheus.GaugeValue, stale, resource)
 	}
 	if s.held != nil {
-		ch <- prometheus.MustNewConstMetric(verdictsHeld.desc, prometheus.GaugeValue, boolFloat(s.held()))
+		ch <- prometheus.MustNewConstMetric(verdictsHeld.Desc(), prometheus.GaugeValue, family.BoolFloat(s.held()))
 	}
 	sh := s.shard
 	s.mu.Unlock()
 	if sh.Sharded() {
-		ch <- prometheus.MustNewConstMetric(shardInfo.desc, prometheus.GaugeValue, 1, strconv.Itoa(sh.Index), strconv.Itoa(sh.Total))
+		ch <- prometheus.MustNewConstMetric(shardInfo.Desc(), prometheus.GaugeValue, 1, strconv.Itoa(sh.Index), strconv.Itoa(sh.Total))
 	}
 	s.events.Collect(ch)
 	s.errors.Collect(ch)

@@ -1,4 +1,4 @@
-package collector
+package engine
 
 // The scrape's fast path in the protobuf format (io.prometheus.client.
 // MetricFamily, length-delimited), which Prometheus asks for first when
@@ -18,6 +18,8 @@ import (
 	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/dra-exporter/dra-exporter/internal/family"
 )
 
 // Field numbers of io.prometheus.client (client_model's metrics.proto).
@@ -139,13 +141,13 @@ func labelPairSize(nameLen, valueLen int) int {
 // of the most bytes it can take (a series line is far shorter than 2 MiB)
 // is left for it, and the Metric moved when its length takes fewer (or
 // more).
-func appendMetric(buf []byte, d *Def, line []byte) []byte {
+func appendMetric(buf []byte, d *family.Def, line []byte) []byte {
 	const slot = 3 // varint bytes of a length under 2 MiB
 	buf = protowire.AppendTag(buf, familyMetric, protowire.BytesType)
 	at := len(buf)
 	buf = append(buf, 0, 0, 0)
 	s := seriesLine{line: line, pos: len(d.Name)}
-	for _, li := range d.labelOrder() {
+	for _, li := range d.LabelOrder() {
 		name := d.Labels[li]
 		escaped, vn, esc := s.nextValue(len(name))
 		buf = protowire.AppendTag(buf, metricLabel, protowire.BytesType)

@@ -1,4 +1,4 @@
-package collector
+package engine
 
 // Rows: the families of one object each (a claim's, a device's, a pod's
 // series) kept as rendered lines between scrapes. Index records are
@@ -17,40 +17,41 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
-// rowCollector is a pure collector whose series come in rows, one per
-// object. Update must emit exactly what eachRow emits.
-type rowCollector interface {
+// RowCollector is a pure collector whose series come in rows, one per
+// object. Update must emit exactly what EachRow emits.
+type RowCollector interface {
 	Collector
-	// eachRow calls rows.visit once per row of s with the row's key
+	// EachRow calls rows.Visit once per row of s with the row's key
 	// (unique within the collector and comparable: the object's record,
 	// which an update replaces) and its other inputs (comparable values:
 	// the other records and computed values the row's series are a
-	// function of; the slice is read during the call only). visit returns
+	// function of; the slice is read during the call only). Visit returns
 	// nil when the row is unchanged, else the emitter its series go to.
-	// Before it computes a row's inputs, eachRow may ask rows.kept(key),
+	// Before it computes a row's inputs, EachRow may ask rows.Kept(key),
 	// which is true when the row is known unchanged from its key alone:
 	// it then skips the row. Every series of a row carries labels that
 	// tell it from any other row's, so two rows never emit the same label
 	// set.
-	eachRow(s *index.Snapshot, rows *rowPass)
-	// inputKinds are the kinds of objects the rows' inputs derive from:
+	EachRow(s *index.Snapshot, rows *RowPass)
+	// InputKinds are the kinds of objects the rows' inputs derive from:
 	// while none of them changed, a row with the same key has the same
 	// inputs.
-	inputKinds() index.Kinds
+	InputKinds() index.Kinds
 }
 
-// updateRows is Update for a row collector: every row into one emitter.
-func updateRows(c rowCollector, s *index.Snapshot, e *emitter) {
-	c.eachRow(s, &rowPass{all: e})
+// UpdateRows is Update for a row collector: every row into one emitter.
+func UpdateRows(c RowCollector, s *index.Snapshot, e *family.Emitter) {
+	c.EachRow(s, &RowPass{all: e})
 }
 
-// rowPass is one pass of a row collector over a snapshot: into one
+// RowPass is one pass of a row collector over a snapshot: into one
 // emitter (all), or against a row cache.
-type rowPass struct {
-	all *emitter
+type RowPass struct {
+	all *family.Emitter
 
 	rc *rowCache
 	x  *Exporter
@@ -66,12 +67,12 @@ type rowPass struct {
 
 type freshRow struct {
 	r *row
-	e *emitter
+	e *family.Emitter
 }
 
-// kept reports whether the row of that key is unchanged without looking at
+// Kept reports whether the row of that key is unchanged without looking at
 // its inputs, and counts it as seen.
-func (p *rowPass) kept(key any) bool {
+func (p *RowPass) Kept(key any) bool {
 	if !p.keyOnly {
 		return false
 	}
@@ -84,9 +85,9 @@ func (p *rowPass) kept(key any) bool {
 	return true
 }
 
-// visit returns nil when the row is unchanged (the same key, the same
+// Visit returns nil when the row is unchanged (the same key, the same
 // inputs), else the emitter for its series.
-func (p *rowPass) visit(key any, inputs []any) *emitter {
+func (p *RowPass) Visit(key any, inputs []any) *family.Emitter {
 	if p.all != nil {
 		return p.all
 	}
@@ -102,7 +103,7 @@ func (p *rowPass) visit(key any, inputs []any) *emitter {
 	r := &row{inputs: slices.Clone(inputs), seen: pass}
 	p.rc.rows[key] = r
 	p.seen++
-	e := &emitter{shard: p.x.shard}
+	e := family.NewEmitter(p.x.shard)
 	p.fresh = append(p.fresh, freshRow{r, e})
 	return e
 }
@@ -131,7 +132,7 @@ type line struct {
 type rowCache struct {
 	pass  uint64
 	rows  map[any]*row
-	lines map[*Def]lineSeq
+	lines map[*family.Def]lineSeq
 	// version is the snapshot's of the last pass.
 	version index.Version
 }
@@ -139,7 +140,7 @@ type rowCache struct {
 // render brings the cache to snapshot s and returns the lines of each
 // family with series. A failure or a panic (in the collector or here)
 // leaves the cache empty, so that the next pass renders every row again.
-func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ map[*Def]lineSeq, err error) {
+func (rc *rowCache) render(x *Exporter, c RowCollector, s *index.Snapshot) (_ map[*family.Def]lineSeq, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = panicError{value: r, stack: debug.Stack()}
@@ -148,15 +149,15 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ ma
 			*rc = rowCache{}
 		}
 	}()
-	p := &rowPass{rc: rc, x: x}
+	p := &RowPass{rc: rc, x: x}
 	if rc.rows == nil {
-		rc.rows, rc.lines = map[any]*row{}, map[*Def]lineSeq{}
+		rc.rows, rc.lines = map[any]*row{}, map[*family.Def]lineSeq{}
 	} else {
-		p.keyOnly = s.Version().Unchanged(rc.version, c.inputKinds())
+		p.keyOnly = s.Version().Unchanged(rc.version, c.InputKinds())
 	}
 	rc.pass++
 	pass := rc.pass
-	_, err = x.run(rowsOnly{c, func(s *index.Snapshot) { c.eachRow(s, p) }}, s, time.Time{})
+	_, err = x.run(rowsOnly{c, func(s *index.Snapshot) { c.EachRow(s, p) }}, s, time.Time{})
 	if err != nil {
 		return nil, err
 	}
@@ -174,13 +175,13 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ ma
 			}
 		}
 	}
-	count := map[*Def]int{}
+	count := map[*family.Def]int{}
 	for _, f := range fresh {
-		for _, sm := range f.e.samples {
-			count[sm.def]++
+		for _, sm := range f.e.Samples() {
+			count[sm.Def]++
 		}
 	}
-	added := make(map[*Def][]newLine, len(count))
+	added := make(map[*family.Def][]newLine, len(count))
 	for d, n := range count {
 		added[d] = make([]newLine, 0, n)
 	}
@@ -191,15 +192,15 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ ma
 		// its bytes for as long as it lives.
 		scratch = scratch[:0]
 		ends = ends[:0]
-		for _, sm := range f.e.samples {
-			scratch = sm.def.appendLine(scratch, sm)
+		for _, sm := range f.e.Samples() {
+			scratch = sm.Def.AppendLine(scratch, sm)
 			ends = append(ends, len(scratch))
 		}
 		buf := bytes.Clone(scratch)
 		f.r.buf = buf
 		start := 0
-		for k, sm := range f.e.samples {
-			added[sm.def] = append(added[sm.def], newLine{line{text: buf[start:ends[k]:ends[k]]}, sm.lvs})
+		for k, sm := range f.e.Samples() {
+			added[sm.Def] = append(added[sm.Def], newLine{line{text: buf[start:ends[k]:ends[k]]}, sm.LabelValues})
 			start = ends[k]
 		}
 	}
@@ -221,15 +222,15 @@ func (rc *rowCache) render(x *Exporter, c rowCollector, s *index.Snapshot) (_ ma
 // the positions of each family, sorted. A row's buffer may hold a line its
 // family does not (a repeated label set, which the family writes once):
 // only a line that is the row's own (the same bytes) is dropped.
-func (rc *rowCache) dropPositions(c rowCollector, dropped []*row) map[*Def][]linePos {
+func (rc *rowCache) dropPositions(c RowCollector, dropped []*row) map[*family.Def][]linePos {
 	if len(dropped) == 0 {
 		return nil
 	}
-	byName := map[string]*Def{}
+	byName := map[string]*family.Def{}
 	for _, d := range c.Defs() {
 		byName[d.Name] = d
 	}
-	out := map[*Def][]linePos{}
+	out := map[*family.Def][]linePos{}
 	for _, r := range dropped {
 		for text := r.buf; len(text) > 0; {
 			n := bytes.IndexByte(text, '\n') + 1
@@ -270,11 +271,11 @@ func without(lines []line, drop []int) []line {
 
 // rowsOnly runs a row pass through Exporter.run, for its panic recovery.
 type rowsOnly struct {
-	rowCollector
+	RowCollector
 	pass func(s *index.Snapshot)
 }
 
-func (r rowsOnly) Update(s *index.Snapshot, _ time.Time, _ *emitter) error {
+func (r rowsOnly) Update(s *index.Snapshot, _ time.Time, _ *family.Emitter) error {
 	r.pass(s)
 	return nil
 }
@@ -345,11 +346,11 @@ type newLine struct {
 
 // sortLines sorts new lines by label values; a repeated label set (of one
 // row: rows never share one) keeps its first series, as Gather does.
-func sortLines(d *Def, ls []newLine) []line {
+func sortLines(d *family.Def, ls []newLine) []line {
 	if len(ls) == 0 {
 		return nil
 	}
-	order := d.labelOrder()
+	order := d.LabelOrder()
 	compare := func(a, b []string) int {
 		for _, i := range order {
 			if c := strings.Compare(a[i], b[i]); c != 0 {

@@ -1,31 +1,32 @@
-package collector
+package engine
 
 import (
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/shard"
 )
 
 var (
-	testNamespaced = newDef("dra_test_namespaced", typeGauge, "A namespaced test family.", "pod", "namespace")
-	testCluster    = newDef("dra_test_cluster", typeGauge, "A cluster-scoped test family.", "node")
+	testNamespaced = family.New("dra_test_namespaced", family.TypeGauge, "A namespaced test family.", "pod", "namespace")
+	testCluster    = family.New("dra_test_cluster", family.TypeGauge, "A cluster-scoped test family.", "node")
 )
 
 // shardFake emits one namespaced series per namespace (once through
 // uniqueGauge) and one cluster-scoped series.
 type shardFake struct{ namespaces []string }
 
-func (shardFake) Name() string { return "shardfake" }
-func (shardFake) Defs() []*Def { return []*Def{testNamespaced, testCluster} }
-func (f shardFake) Update(_ *index.Snapshot, _ time.Time, e *emitter) error {
+func (shardFake) Name() string        { return "shardfake" }
+func (shardFake) Defs() []*family.Def { return []*family.Def{testNamespaced, testCluster} }
+func (f shardFake) Update(_ *index.Snapshot, _ time.Time, e *family.Emitter) error {
 	for _, ns := range f.namespaces {
-		e.gauge(testNamespaced, 1, "p", ns)
-		e.uniqueGauge(testNamespaced, 2, "q", ns)
+		e.Gauge(testNamespaced, 1, "p", ns)
+		e.UniqueGauge(testNamespaced, 2, "q", ns)
 	}
-	e.gauge(testCluster, 1, "node-1")
+	e.Gauge(testCluster, 1, "node-1")
 	return nil
 }
 
@@ -85,11 +86,11 @@ func seriesLines(text string) string {
 // clusterOnly counts its runs.
 type clusterOnly struct{ runs *int }
 
-func (clusterOnly) Name() string { return "clusteronly" }
-func (clusterOnly) Defs() []*Def { return []*Def{testCluster} }
-func (c clusterOnly) Update(_ *index.Snapshot, _ time.Time, e *emitter) error {
+func (clusterOnly) Name() string        { return "clusteronly" }
+func (clusterOnly) Defs() []*family.Def { return []*family.Def{testCluster} }
+func (c clusterOnly) Update(_ *index.Snapshot, _ time.Time, e *family.Emitter) error {
 	*c.runs++
-	e.gauge(testCluster, 1, "node-1")
+	e.Gauge(testCluster, 1, "node-1")
 	return nil
 }
 

@@ -1,4 +1,14 @@
-package collector
+// Package engine runs the cluster exporter's collectors over index
+// snapshots and writes what they emit: the Exporter (one snapshot per
+// scrape, every collector over it, each timed, a failing one left out),
+// the caches that write an unchanged collector's families again without
+// running it (textcache.go) and an unchanged object's rows without
+// rendering them (rows.go), and the text, OpenMetrics and protobuf
+// encoders /metrics serves. The collectors are in collector/, which names
+// this package; the engine names none of them: a collector says what the
+// engine may cache or must hold through the interfaces it implements
+// (Verdict, SnapshotPure, ClockBound, Reader, RowCollector).
+package engine
 
 import (
 	"errors"
@@ -10,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/shard"
 )
@@ -24,16 +35,16 @@ type Collector interface {
 	// Name labels the collector's scrape duration.
 	Name() string
 	// Defs lists the families the collector emits.
-	Defs() []*Def
+	Defs() []*family.Def
 	// Update emits the metrics for one snapshot taken at now.
-	Update(s *index.Snapshot, now time.Time, e *emitter) error
+	Update(s *index.Snapshot, now time.Time, e *family.Emitter) error
 }
 
 var (
-	scrapeDuration = newDef("dra_exporter_scrape_collector_duration_seconds", typeGauge,
-		"Time the collector took to render the last scrape, in seconds.", "collector").live()
-	scrapeSuccess = newDef("dra_exporter_scrape_collector_success", typeGauge,
-		"Whether the collector succeeded on the last scrape (1) or failed (0).", "collector").live()
+	scrapeDuration = family.New("dra_exporter_scrape_collector_duration_seconds", family.TypeGauge,
+		"Time the collector took to render the last scrape, in seconds.", "collector").Liveness()
+	scrapeSuccess = family.New("dra_exporter_scrape_collector_success", family.TypeGauge,
+		"Whether the collector succeeded on the last scrape (1) or failed (0).", "collector").Liveness()
 )
 
 // Exporter is the prometheus.Collector that takes one snapshot per scrape
@@ -61,19 +72,12 @@ type Exporter struct {
 	heldAt       time.Time
 }
 
-// verdictCollector marks the collectors whose series are verdicts that
-// page people (a pod blocked, a reservation leaked, a device given twice):
-// each reads claims and pods together, and a claim from before an outage
-// beside a pod from after it is a verdict the cluster never had.
-type verdictCollector interface{ verdict() }
-
-func (blockedCollector) verdict()  {}
-func (leakCollector) verdict()     {}
-func (conflictCollector) verdict() {}
-
-// The api gate and the negative controls read the same verdicts, and the
-// stop conditions page on them.
-func (gateCollector) verdict() {}
+// Verdict marks the collectors whose series are verdicts that page people
+// (a pod blocked, a reservation leaked, a device given twice, and the gates
+// that read them): each reads claims and pods together, and a claim from
+// before an outage beside a pod from after it is a verdict the cluster
+// never had. HoldVerdictsWhen holds them.
+type Verdict interface{ Verdict() }
 
 // HoldVerdictsWhen makes the verdict collectors (blocked pods, leaks,
 // allocation conflicts) run over the last snapshot, at the time, of the
@@ -136,12 +140,12 @@ func NewExporter(src Source, now func() time.Time, timing bool, logger *slog.Log
 func (x *Exporter) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range x.collectors {
 		for _, d := range c.Defs() {
-			ch <- d.desc
+			ch <- d.Desc()
 		}
 	}
 	if x.timing {
-		ch <- scrapeDuration.desc
-		ch <- scrapeSuccess.desc
+		ch <- scrapeDuration.Desc()
+		ch <- scrapeSuccess.Desc()
 	}
 }
 
@@ -152,9 +156,9 @@ func (x *Exporter) Describe(ch chan<- *prometheus.Desc) {
 // cluster (the blocked pods it did not reach would look unblocked). The
 // other collectors still emit.
 func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
-	x.each(nil, func(_ int, samples []sample) {
+	x.each(nil, func(_ int, samples []family.Sample) {
 		for _, s := range samples {
-			ch <- prometheus.MustNewConstMetric(s.def.desc, prometheus.GaugeValue, s.v, s.lvs...)
+			ch <- prometheus.MustNewConstMetric(s.Def.Desc(), prometheus.GaugeValue, s.Value, s.LabelValues...)
 		}
 	})
 }
@@ -183,13 +187,13 @@ func (x *Exporter) shardRuns(c Collector) bool {
 	return false
 }
 
-func (x *Exporter) run(c Collector, s *index.Snapshot, now time.Time) (e *emitter, err error) {
+func (x *Exporter) run(c Collector, s *index.Snapshot, now time.Time) (e *family.Emitter, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			e, err = nil, panicError{value: r, stack: debug.Stack()}
 		}
 	}()
-	e = &emitter{shard: x.shard}
+	e = family.NewEmitter(x.shard)
 	if err := c.Update(s, now, e); err != nil {
 		return nil, err
 	}
@@ -205,8 +209,8 @@ type panicError struct {
 func (p panicError) Error() string { return fmt.Sprintf("panic: %v", p.value) }
 
 // Defs lists every family the exporter emits, in collector order.
-func (x *Exporter) Defs() []*Def {
-	var out []*Def
+func (x *Exporter) Defs() []*family.Def {
+	var out []*family.Def
 	for _, c := range x.collectors {
 		out = append(out, c.Defs()...)
 	}

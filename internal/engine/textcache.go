@@ -1,82 +1,41 @@
-package collector
+package engine
 
 import (
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
-// snapshotPure marks a collector whose series are a function of the
+// SnapshotPure marks a collector whose series are a function of the
 // snapshot alone (it ignores the scrape time and keeps no state between
 // runs): over the same snapshot it emits the same series, so the text it
 // rendered last time can be written again without running it.
-type snapshotPure interface {
-	snapshotPure()
+type SnapshotPure interface {
+	SnapshotPure()
 }
 
-func (blockedCollector) snapshotPure()     {}
-func (claimCollector) snapshotPure()       {}
-func (conflictCollector) snapshotPure()    {}
-func (*deviceCollector) snapshotPure()     {}
-func (deviceClassCollector) snapshotPure() {}
-func (heldCollector) snapshotPure()        {}
-func (laneCollector) snapshotPure()        {}
-func (*podCollector) snapshotPure()        {}
-
-// clockBound is a collector whose series depend on the snapshot and on the
+// ClockBound is a collector whose series depend on the snapshot and on the
 // clock only through deadlines: over the same snapshot its series stay the
-// same until stableUntil (the zero time: until the snapshot changes).
-type clockBound interface {
-	stableUntil(s *index.Snapshot, now time.Time) time.Time
+// same until StableUntil (the zero time: until the snapshot changes).
+type ClockBound interface {
+	StableUntil(s *index.Snapshot, now time.Time) time.Time
 }
 
-// The leak collector's answer changes with the clock only when an
-// allocated, unreserved claim passes its grace period.
-func (c leakCollector) stableUntil(s *index.Snapshot, now time.Time) time.Time {
-	return classify.LeaksChangeAt(s, now, c.grace)
-}
-
-// reader is a pure collector that reads only some kinds of objects: its
+// Reader is a pure collector that reads only some kinds of objects: its
 // series stay the same while those kinds do not change, whatever else does
 // (the claim collector does not read events). A pure collector that does
 // not say reads everything.
-type reader interface {
-	reads() index.Kinds
+type Reader interface {
+	Reads() index.Kinds
 }
-
-func (claimCollector) reads() index.Kinds {
-	return index.DeviceKinds | index.KindsOf(index.KindClaim)
-}
-func (conflictCollector) reads() index.Kinds {
-	return index.DeviceKinds | index.KindsOf(index.KindPlacement)
-}
-func (*deviceCollector) reads() index.Kinds {
-	return index.DeviceKinds | index.KindsOf(index.KindPlacement) // remaining capacity
-}
-func (deviceClassCollector) reads() index.Kinds {
-	return capacityReads // free devices on unusable nodes
-}
-func (heldCollector) reads() index.Kinds {
-	return index.DeviceKinds | index.KindsOf(index.KindClaim, index.KindPod)
-}
-func (laneCollector) reads() index.Kinds { return capacityReads }
-func (*podCollector) reads() index.Kinds { return index.KindsOf(index.KindPod, index.KindClass) }
-func (leakCollector) reads() index.Kinds {
-	return index.DeviceKinds | index.KindsOf(index.KindPlacement) // a device's node
-}
-
-// capacityReads are what the capacity families read: devices, nodes, and
-// where claims and pods hold devices, not a pod's readiness or a driver's
-// device status (index.KindPlacement).
-const capacityReads = index.DeviceKinds | 1<<index.KindNode | 1<<index.KindPlacement
 
 // reads returns the kinds collector c's series are derived from.
 func reads(c Collector) index.Kinds {
-	if r, ok := c.(reader); ok {
-		return r.reads()
+	if r, ok := c.(Reader); ok {
+		return r.Reads()
 	}
 	return index.AllKinds
 }
@@ -87,7 +46,7 @@ func reads(c Collector) index.Kinds {
 // it last ran over (an unchanged cluster hands out the same snapshot; a
 // new Warning event re-renders only the collectors that read events). The
 // leak collector's families are kept until a claim's grace period ends
-// (clockBound); the timing families are rendered on every scrape.
+// (ClockBound); the timing families are rendered on every scrape.
 type textCache struct {
 	mu sync.Mutex
 	// done holds the collectors whose last run succeeded and whose
@@ -97,14 +56,14 @@ type textCache struct {
 	done map[int]keptRun
 	// text is the exposition of each family whose series all came from
 	// such a run.
-	text map[*Def][]byte
+	text map[*family.Def][]byte
 	// owner is, per family, the one collector that lists it (nil where two
 	// do): only a family with a single owner is cached.
-	owner map[*Def]int
+	owner map[*family.Def]int
 	// rows are the row collectors' rendered rows (rows.go), and lines the
 	// series of their families, whose text holds the HELP and TYPE only.
 	rows  map[int]*rowCache
-	lines map[*Def]lineSeq
+	lines map[*family.Def]lineSeq
 }
 
 // rowCache returns row collector i's rows, made the first time.
@@ -119,9 +78,9 @@ func (c *textCache) rowCache(i int) *rowCache {
 
 // keepRows keeps the lines row collector i rendered over s as its
 // families' text, as a kept run.
-func (c *textCache) keepRows(i int, lines map[*Def]lineSeq, s *index.Snapshot) {
+func (c *textCache) keepRows(i int, lines map[*family.Def]lineSeq, s *index.Snapshot) {
 	for d, ls := range lines {
-		c.text[d] = d.appendHeader(nil)
+		c.text[d] = d.AppendHeader(nil)
 		c.lines[d] = ls
 	}
 	c.done[i] = keptRun{version: s.Version()}
@@ -137,8 +96,8 @@ type keptRun struct {
 // scrapes in both formats share it.
 func (c *textCache) reset(x *Exporter) {
 	if c.owner == nil {
-		c.owner = map[*Def]int{}
-		shared := map[*Def]bool{}
+		c.owner = map[*family.Def]int{}
+		shared := map[*family.Def]bool{}
 		for i, col := range x.collectors {
 			for _, d := range col.Defs() {
 				if _, seen := c.owner[d]; seen {
@@ -155,9 +114,9 @@ func (c *textCache) reset(x *Exporter) {
 		return
 	}
 	c.done = map[int]keptRun{}
-	c.text = map[*Def][]byte{}
+	c.text = map[*family.Def][]byte{}
 	c.rows = map[int]*rowCache{}
-	c.lines = map[*Def]lineSeq{}
+	c.lines = map[*family.Def]lineSeq{}
 }
 
 // reusable reports whether collector i's families from its last run still
@@ -183,8 +142,8 @@ func (c *textCache) reusable(x *Exporter, i int, s *index.Snapshot, now time.Tim
 // (or clock-bound) and owns every family it lists.
 func (c *textCache) cacheable(x *Exporter, i int) bool {
 	col := x.collectors[i]
-	_, pure := col.(snapshotPure)
-	_, bound := col.(clockBound)
+	_, pure := col.(SnapshotPure)
+	_, bound := col.(ClockBound)
 	if !pure && !bound {
 		return false
 	}
@@ -199,15 +158,15 @@ func (c *textCache) cacheable(x *Exporter, i int) bool {
 // keep records collector i's successful run over s: its families' text,
 // once rendered, may be written again while what it reads holds. A run
 // that emitted a family it does not list is not kept.
-func (c *textCache) keep(x *Exporter, i int, samples []sample, s *index.Snapshot, now time.Time) bool {
+func (c *textCache) keep(x *Exporter, i int, samples []family.Sample, s *index.Snapshot, now time.Time) bool {
 	for _, sm := range samples {
-		if o, ok := c.owner[sm.def]; !ok || o != i {
+		if o, ok := c.owner[sm.Def]; !ok || o != i {
 			return false
 		}
 	}
 	var until time.Time
-	if b, ok := x.collectors[i].(clockBound); ok {
-		until = b.stableUntil(s, now)
+	if b, ok := x.collectors[i].(ClockBound); ok {
+		until = b.StableUntil(s, now)
 	}
 	c.done[i] = keptRun{version: s.Version(), until: until}
 	return true
@@ -215,6 +174,6 @@ func (c *textCache) keep(x *Exporter, i int, samples []sample, s *index.Snapshot
 
 // store keeps a family's rendered text, clipped so that a caller appending
 // to it cannot write into the cached bytes.
-func (c *textCache) store(d *Def, text []byte) {
+func (c *textCache) store(d *family.Def, text []byte) {
 	c.text[d] = slices.Clip(text)
 }

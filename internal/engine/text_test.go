@@ -1,4 +1,4 @@
-package collector
+package engine
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
 
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
@@ -17,24 +18,24 @@ import (
 // quotes, backslashes and newlines in label values and help, labels not in
 // name order, a repeated label set, NaN, infinities, negative zero, big and
 // small numbers.
-type oddCollector struct{ a, b *Def }
+type oddCollector struct{ a, b *family.Def }
 
-func (oddCollector) Name() string   { return "odd" }
-func (c oddCollector) Defs() []*Def { return []*Def{c.a, c.b} }
-func (c oddCollector) Update(_ *index.Snapshot, _ time.Time, e *emitter) error {
-	e.gauge(c.a, 1, "z", `say "hi"`, "x")
-	e.gauge(c.a, 2, "a", `back\slash`, "x")
-	e.gauge(c.a, 3, "a", "new\nline", "")
-	e.gauge(c.a, 4, "z", `say "hi"`, "x") // repeated: Gather keeps the first
-	e.gauge(c.a, math.NaN(), "m", "", "nan")
-	e.gauge(c.a, math.Inf(1), "m", "", "inf")
-	e.gauge(c.a, math.Inf(-1), "m", "", "-inf")
-	e.gauge(c.a, math.Copysign(0, -1), "m", "", "-0")
-	e.gauge(c.a, 1.5e300, "m", "", "big")
-	e.gauge(c.a, 123456789, "m", "", "int")
-	e.gauge(c.a, -1, "m", "", "-1")
-	e.gauge(c.a, 1e-7, "m", "", "small")
-	e.gauge(c.b, 0.25)
+func (oddCollector) Name() string          { return "odd" }
+func (c oddCollector) Defs() []*family.Def { return []*family.Def{c.a, c.b} }
+func (c oddCollector) Update(_ *index.Snapshot, _ time.Time, e *family.Emitter) error {
+	e.Gauge(c.a, 1, "z", `say "hi"`, "x")
+	e.Gauge(c.a, 2, "a", `back\slash`, "x")
+	e.Gauge(c.a, 3, "a", "new\nline", "")
+	e.Gauge(c.a, 4, "z", `say "hi"`, "x") // repeated: Gather keeps the first
+	e.Gauge(c.a, math.NaN(), "m", "", "nan")
+	e.Gauge(c.a, math.Inf(1), "m", "", "inf")
+	e.Gauge(c.a, math.Inf(-1), "m", "", "-inf")
+	e.Gauge(c.a, math.Copysign(0, -1), "m", "", "-0")
+	e.Gauge(c.a, 1.5e300, "m", "", "big")
+	e.Gauge(c.a, 123456789, "m", "", "int")
+	e.Gauge(c.a, -1, "m", "", "-1")
+	e.Gauge(c.a, 1e-7, "m", "", "small")
+	e.Gauge(c.b, 0.25)
 	return nil
 }
 
@@ -43,8 +44,8 @@ func (c oddCollector) Update(_ *index.Snapshot, _ time.Time, e *emitter) error {
 // in delimited protobuf.
 func TestTextMatchesGather(t *testing.T) {
 	odd := oddCollector{
-		a: newDef("dra_test_odd", typeGauge, "Help with \\ a backslash, \"quotes\"\nand a newline.", "zone", "app", "b_label"),
-		b: newDef("dra_test_alone", typeGauge, "No labels."),
+		a: family.New("dra_test_odd", family.TypeGauge, "Help with \\ a backslash, \"quotes\"\nand a newline.", "zone", "app", "b_label"),
+		b: family.New("dra_test_alone", family.TypeGauge, "No labels."),
 	}
 	x := NewExporter(index.New(index.Config{}), nil, true, nil, odd, newFake("ok"))
 	reg := prometheus.NewRegistry()
@@ -113,7 +114,7 @@ func TestTextMatchesGather(t *testing.T) {
 // A series whose Metric is longer than the length slot appendMetric keeps
 // for it (2 MiB) is encoded as client_golang encodes it.
 func TestProtoLongSeries(t *testing.T) {
-	long := newDef("dra_test_long", typeGauge, "A long label value.", "value")
+	long := family.New("dra_test_long", family.TypeGauge, "A long label value.", "value")
 	x := NewExporter(index.New(index.Config{}), nil, false, nil, longCollector{long, strings.Repeat("v", 3<<20)})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(x)
@@ -139,13 +140,13 @@ func TestProtoLongSeries(t *testing.T) {
 }
 
 type longCollector struct {
-	d     *Def
+	d     *family.Def
 	value string
 }
 
-func (longCollector) Name() string   { return "long" }
-func (c longCollector) Defs() []*Def { return []*Def{c.d} }
-func (c longCollector) Update(_ *index.Snapshot, _ time.Time, e *emitter) error {
-	e.gauge(c.d, 7, c.value)
+func (longCollector) Name() string          { return "long" }
+func (c longCollector) Defs() []*family.Def { return []*family.Def{c.d} }
+func (c longCollector) Update(_ *index.Snapshot, _ time.Time, e *family.Emitter) error {
+	e.Gauge(c.d, 7, c.value)
 	return nil
 }

@@ -1,4 +1,4 @@
-package collector
+package engine
 
 import (
 	"context"
@@ -12,24 +12,23 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	resourceapi "k8s.io/api/resource/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
 // fakeCollector emits one gauge, then fails or panics as told.
 type fakeCollector struct {
 	name  string
-	def   *Def
+	def   *family.Def
 	fail  error
 	panic any
 }
 
-func (f fakeCollector) Name() string { return f.name }
-func (f fakeCollector) Defs() []*Def { return []*Def{f.def} }
-func (f fakeCollector) Update(_ *index.Snapshot, _ time.Time, e *emitter) error {
-	e.gauge(f.def, 1, f.name)
+func (f fakeCollector) Name() string        { return f.name }
+func (f fakeCollector) Defs() []*family.Def { return []*family.Def{f.def} }
+func (f fakeCollector) Update(_ *index.Snapshot, _ time.Time, e *family.Emitter) error {
+	e.Gauge(f.def, 1, f.name)
 	if f.panic != nil {
 		panic(f.panic)
 	}
@@ -37,7 +36,7 @@ func (f fakeCollector) Update(_ *index.Snapshot, _ time.Time, e *emitter) error 
 }
 
 func newFake(name string) fakeCollector {
-	return fakeCollector{name: name, def: newDef("dra_test_"+name, typeGauge, "A test family.", "collector")}
+	return fakeCollector{name: name, def: family.New("dra_test_"+name, family.TypeGauge, "A test family.", "collector")}
 }
 
 type logRecorder struct {
@@ -169,73 +168,6 @@ func TestExporterNilLoggerFailingCollector(t *testing.T) {
 	}
 	if n != 5 { // the healthy gauge (the failed one is dropped), two durations, two successes
 		t.Errorf("collected %d metrics, want 5", n)
-	}
-}
-
-func TestUniqueGauge(t *testing.T) {
-	a := newDef("dra_test_a", typeGauge, "A.", "x", "y")
-	b := newDef("dra_test_b", typeGauge, "B.", "x", "y")
-	e := &emitter{}
-	e.uniqueGauge(a, 1, "1", "2")
-	e.uniqueGauge(a, 1, "1", "2") // dropped
-	e.uniqueGauge(a, 1, "12", "") // a different label set, not a collision
-	e.uniqueGauge(b, 1, "1", "2") // another family
-	e.gauge(a, 1, "3", "4")
-	var got []string
-	for _, m := range e.constMetrics() {
-		var pb dto.Metric
-		if err := m.Write(&pb); err != nil {
-			t.Fatal(err)
-		}
-		var lvs []string
-		for _, lp := range pb.GetLabel() {
-			lvs = append(lvs, lp.GetValue())
-		}
-		got = append(got, m.Desc().String()[:30]+"|"+strings.Join(lvs, ","))
-	}
-	if len(got) != 4 {
-		t.Errorf("emitted %d metrics, want 4: %v", len(got), got)
-	}
-}
-
-func TestSanitizeLabel(t *testing.T) {
-	for in, want := range map[string]string{
-		"app":                    "app",
-		"app.kubernetes.io/name": "app_kubernetes_io_name",
-		"9lives":                 "_lives",
-		"team-name":              "team_name",
-		"v2":                     "v2",
-		"équipe":                 "__quipe",
-	} {
-		if got := sanitizeLabel(in); got != want {
-			t.Errorf("sanitizeLabel(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-// A panic inside one collector must not lose the families of the
-// collectors after it in the same scrape, on real data.
-func TestExporterOtherCollectorsStillEmit(t *testing.T) {
-	ix := index.New(index.Config{})
-	node := "node-1"
-	s := &resourceapi.ResourceSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "s"},
-		Spec: resourceapi.ResourceSliceSpec{Driver: "gpu.nvidia.com", NodeName: &node,
-			Pool:    resourceapi.ResourcePool{Name: node, Generation: 1, ResourceSliceCount: 1},
-			Devices: []resourceapi.Device{{Name: "gpu-0"}}},
-	}
-	if err := ix.Upsert(s, false); err != nil {
-		t.Fatal(err)
-	}
-	boom := newFake("boom")
-	boom.panic = "boom"
-	x := NewExporter(ix, nil, true, slog.New(slog.DiscardHandler), boom, NewDeviceCollector(nil))
-	families := gather(t, x)
-	if mf := families["dra_device_info"]; mf == nil || len(mf.GetMetric()) != 1 {
-		t.Errorf("dra_device_info missing after a panicking collector: %v", mf)
-	}
-	if v, _ := valueOf(families["dra_exporter_scrape_collector_success"], "device"); v != 1 {
-		t.Errorf("success{collector=device} = %v, want 1", v)
 	}
 }
 

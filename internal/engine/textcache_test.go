@@ -1,12 +1,12 @@
-package collector
+package engine
 
 import (
 	"bytes"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/testobj"
 )
@@ -15,17 +15,17 @@ import (
 // one, and counts its runs; it emits one series per node in the snapshot.
 type countingCollector struct {
 	name string
-	def  *Def
+	def  *family.Def
 	runs *atomic.Int32
 }
 
-func (c countingCollector) Name() string { return c.name }
-func (c countingCollector) Defs() []*Def { return []*Def{c.def} }
-func (countingCollector) snapshotPure()  {}
-func (c countingCollector) Update(s *index.Snapshot, _ time.Time, e *emitter) error {
+func (c countingCollector) Name() string        { return c.name }
+func (c countingCollector) Defs() []*family.Def { return []*family.Def{c.def} }
+func (countingCollector) SnapshotPure()         {}
+func (c countingCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
 	c.runs.Add(1)
 	for _, n := range s.Nodes {
-		e.gauge(c.def, 1, n.Name)
+		e.Gauge(c.def, 1, n.Name)
 	}
 	return nil
 }
@@ -48,9 +48,9 @@ func text(x *Exporter, openMetrics bool) []byte {
 func TestTextFamiliesReuseFollowsTheIndex(t *testing.T) {
 	ix := testobj.Build(t, index.Config{}, testobj.Node("node-a", 0))
 	var pure, shared atomic.Int32
-	sharedDef := newDef("dra_test_shared", typeGauge, "Written by two collectors.", "node")
+	sharedDef := family.New("dra_test_shared", family.TypeGauge, "Written by two collectors.", "node")
 	x := NewExporter(ix, nil, true, nil,
-		countingCollector{"pure", newDef("dra_test_pure", typeGauge, "A pure family.", "node"), &pure},
+		countingCollector{"pure", family.New("dra_test_pure", family.TypeGauge, "A pure family.", "node"), &pure},
 		countingCollector{"shared1", sharedDef, &shared},
 		countingCollector{"shared2", sharedDef, &shared},
 		newFake("impure"))
@@ -86,7 +86,7 @@ func TestTextFamiliesReuseFollowsTheIndex(t *testing.T) {
 		t.Errorf("a change in the index did not render again (runs %d):\n%s", pure.Load(), after)
 	}
 	fresh := NewExporter(ix, nil, true, nil,
-		countingCollector{"pure", newDef("dra_test_pure", typeGauge, "A pure family.", "node"), new(atomic.Int32)},
+		countingCollector{"pure", family.New("dra_test_pure", family.TypeGauge, "A pure family.", "node"), new(atomic.Int32)},
 		countingCollector{"shared1", sharedDef, new(atomic.Int32)},
 		countingCollector{"shared2", sharedDef, new(atomic.Int32)},
 		newFake("impure"))
@@ -95,65 +95,12 @@ func TestTextFamiliesReuseFollowsTheIndex(t *testing.T) {
 	}
 }
 
-// The built-in collectors scraped twice over an unchanged index write the
-// same bytes as the first scrape and as a fresh exporter.
-func TestTextFamiliesReuseBuiltins(t *testing.T) {
-	objs := []any{testobj.GPUClass(), testobj.Node("node-1", 0)}
-	for i := range 3 {
-		p := testobj.Pod(fmt.Sprintf("p-%d", i), fmt.Sprintf("uid-p-%d", i))
-		objs = append(objs, p)
-	}
-	ix := testobj.Build(t, index.Config{}, objs...)
-	builtins := func() []Collector {
-		return []Collector{NewClaimCollector(), NewBlockedCollector(), NewDeviceCollector(DefaultAttributeLabels),
-			NewDeviceClassCollector(), NewLaneCollector(), NewPodCollector(nil), NewConflictCollector(), NewHeldCollector(), NewLeakCollector(time.Minute)}
-	}
-	x := NewExporter(ix, nil, false, nil, builtins()...)
-	a, b := text(x, false), text(x, false)
-	want := text(NewExporter(ix, nil, false, nil, builtins()...), false)
-	if !bytes.Equal(a, b) || !bytes.Equal(b, want) {
-		t.Errorf("reused scrape differs: first %d bytes, second %d, fresh %d", len(a), len(b), len(want))
-	}
-	if len(x.text.done) == 0 {
-		t.Error("no built-in collector's families were kept")
-	}
-}
-
-// The leak collector's kept families hold until an allocated, unreserved
-// claim passes its grace period, and not past it.
-func TestTextFamiliesLeakKeptUntilGraceEnds(t *testing.T) {
-	t0 := testobj.T0
-	cfg := index.Config{Now: func() time.Time { return t0 }}
-	c := testobj.Allocated(testobj.Claim("idle", "uid-idle", testobj.Request("gpu", testobj.GPUClassName)), "node-1", t0,
-		testobj.Result("gpu", "node-1", "gpu-0"))
-	ix := testobj.Build(t, cfg, testobj.GPUClass(), testobj.Node("node-1", 0),
-		testobj.Slice("node-1", "node-1", 1, testobj.GPUDevice("gpu-0", "GPU-0")), c)
-	now := t0.Add(30 * time.Second)
-	x := NewExporter(ix, func() time.Time { return now }, false, nil, NewLeakCollector(time.Minute))
-	leaked := []byte(`reason="allocated_unreserved"`)
-	if out := text(x, false); bytes.Contains(out, leaked) {
-		t.Fatalf("leaked within the grace period:\n%s", out)
-	}
-	now = t0.Add(time.Minute)
-	if out := text(x, false); bytes.Contains(out, leaked) {
-		t.Fatalf("leaked at the end of the grace period:\n%s", out)
-	}
-	now = t0.Add(time.Minute + time.Second)
-	out := text(x, false)
-	if !bytes.Contains(out, leaked) {
-		t.Fatalf("past the grace period the kept families still show no leak:\n%s", out)
-	}
-	if want := text(NewExporter(ix, func() time.Time { return now }, false, nil, NewLeakCollector(time.Minute)), false); !bytes.Equal(out, want) {
-		t.Errorf("kept exporter writes\n%s\na fresh one\n%s", out, want)
-	}
-}
-
 // After Prerender a scrape, in either format, is written from what it
 // rendered: the pure collector does not run again.
 func TestPrerenderFillsTheCache(t *testing.T) {
 	ix := testobj.Build(t, index.Config{}, testobj.Node("node-a", 0))
 	var runs atomic.Int32
-	x := NewExporter(ix, nil, true, nil, countingCollector{"pure", newDef("dra_test_pure", typeGauge, "A pure family.", "node"), &runs})
+	x := NewExporter(ix, nil, true, nil, countingCollector{"pure", family.New("dra_test_pure", family.TypeGauge, "A pure family.", "node"), &runs})
 	x.Prerender()
 	for _, om := range []bool{false, true} {
 		if out := text(x, om); !bytes.Contains(out, []byte(`dra_test_pure{node="node-a"} 1`)) {

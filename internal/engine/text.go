@@ -1,4 +1,4 @@
-package collector
+package engine
 
 // The scrape's fast path: the cluster families written straight to text
 // from the collectors' samples, without building client_golang const
@@ -11,32 +11,23 @@ package collector
 
 import (
 	"bytes"
-	"cmp"
 	"io"
-	"math"
 	"runtime"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
-
-// sample is one series of a gauge family, as a collector emitted it.
-type sample struct {
-	def *Def
-	v   float64
-	lvs []string
-}
 
 // Family is one family's exposition: its HELP and TYPE lines and series,
 // in Text and then, for a family of rows, one line each.
 type Family struct {
 	Name string
-	def  *Def
+	def  *family.Def
 	// text and lines are the exposition in the text format; om converts
 	// it to OpenMetrics as it is written.
 	text  []byte
@@ -161,7 +152,7 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 	defer c.mu.Unlock()
 	type run struct {
 		i       int // the collector; -1 for the timing series
-		samples []sample
+		samples []family.Sample
 	}
 	var runs []run
 	var reused []int
@@ -176,10 +167,10 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 			reused = append(reused, i)
 			return step{skip: true}
 		}
-		if rowc, ok := x.collectors[i].(rowCollector); ok && c.cacheable(x, i) {
+		if rowc, ok := x.collectors[i].(RowCollector); ok && c.cacheable(x, i) {
 			// Only the rows of changed objects are rendered.
 			rc := c.rowCache(i)
-			var lines map[*Def]lineSeq
+			var lines map[*family.Def]lineSeq
 			return step{
 				work: func() (err error) {
 					lines, err = rc.render(x, rowc, s)
@@ -192,27 +183,27 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 			}
 		}
 		return step{}
-	}, func(i int, samples []sample) {
+	}, func(i int, samples []family.Sample) {
 		runs = append(runs, run{i, samples})
 	})
-	count := map[*Def]int{}
-	fresh := map[*Def]bool{} // families with a series from a run that is not kept
+	count := map[*family.Def]int{}
+	fresh := map[*family.Def]bool{} // families with a series from a run that is not kept
 	for _, r := range runs {
 		kept := r.i >= 0 && c.cacheable(x, r.i) && c.keep(x, r.i, r.samples, snaps[r.i], times[r.i])
 		for _, s := range r.samples {
-			count[s.def]++
+			count[s.Def]++
 			if !kept {
-				fresh[s.def] = true
+				fresh[s.Def] = true
 			}
 		}
 	}
-	byDef := make(map[*Def][]sample, len(count))
+	byDef := make(map[*family.Def][]family.Sample, len(count))
 	for d, n := range count {
-		byDef[d] = make([]sample, 0, n)
+		byDef[d] = make([]family.Sample, 0, n)
 	}
 	for _, r := range runs {
 		for _, s := range r.samples {
-			byDef[s.def] = append(byDef[s.def], s)
+			byDef[s.Def] = append(byDef[s.Def], s)
 		}
 	}
 	out := make([]Family, 0, len(byDef))
@@ -224,7 +215,7 @@ func (x *Exporter) TextFamilies(openMetrics bool) []Family {
 		}
 	}
 	for d, samples := range byDef {
-		text := d.appendText(nil, samples)
+		text := d.AppendText(nil, samples)
 		if fresh[d] {
 			// Another collector wrote into the family: its owner must
 			// run again next time.
@@ -258,7 +249,7 @@ type step struct {
 // reports only timing. The collectors run side by side, as many at once as
 // there are processors: a snapshot is read-only and its memos lock, and at
 // 100k claims a scrape that renders everything is seconds of CPU.
-func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step, emit func(i int, samples []sample)) {
+func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step, emit func(i int, samples []family.Sample)) {
 	if x.complete != nil && !x.complete() {
 		return
 	}
@@ -268,7 +259,7 @@ func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step,
 	type outcome struct {
 		runs    bool
 		step    step
-		samples []sample
+		samples []family.Sample
 		err     error
 		took    time.Duration
 	}
@@ -280,7 +271,7 @@ func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step,
 			continue
 		}
 		s, now := s, now
-		if _, ok := c.(verdictCollector); ok {
+		if _, ok := c.(Verdict); ok {
 			if s, now = vs, vnow; s == nil {
 				continue // held, and nothing to hold yet
 			}
@@ -312,9 +303,9 @@ func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step,
 				o.err = o.step.work()
 				return
 			}
-			var e *emitter
+			var e *family.Emitter
 			if e, o.err = x.run(c, s, now); o.err == nil {
-				o.samples = e.samples
+				o.samples = e.Samples()
 			}
 		}()
 	}
@@ -335,144 +326,10 @@ func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step,
 			emit(i, o.samples)
 		}
 		if x.timing {
-			emit(-1, []sample{
-				{def: scrapeDuration, v: o.took.Seconds(), lvs: []string{c.Name()}},
-				{def: scrapeSuccess, v: boolFloat(o.err == nil), lvs: []string{c.Name()}},
+			emit(-1, []family.Sample{
+				{Def: scrapeDuration, Value: o.took.Seconds(), LabelValues: []string{c.Name()}},
+				{Def: scrapeSuccess, Value: family.BoolFloat(o.err == nil), LabelValues: []string{c.Name()}},
 			})
 		}
 	}
-}
-
-// labelOrder returns the positions of the family's labels sorted by name:
-// the order client_golang writes and sorts label pairs in.
-func (d *Def) labelOrder() []int {
-	d.orderOnce.Do(func() {
-		d.order = make([]int, len(d.Labels))
-		for i := range d.order {
-			d.order[i] = i
-		}
-		slices.SortStableFunc(d.order, func(a, b int) int { return strings.Compare(d.Labels[a], d.Labels[b]) })
-	})
-	return d.order
-}
-
-func (d *Def) appendText(buf []byte, samples []sample) []byte {
-	order := d.labelOrder()
-	// A stable order by label values: pdqsort on positions, ties broken by
-	// position (the stable sort's in-place merging was a third of a
-	// scrape's time at 100k claims).
-	pos := make([]int32, len(samples))
-	for i := range pos {
-		pos[i] = int32(i)
-	}
-	slices.SortFunc(pos, func(a, b int32) int {
-		la, lb := samples[a].lvs, samples[b].lvs
-		for _, i := range order {
-			if c := strings.Compare(la[i], lb[i]); c != 0 {
-				return c
-			}
-		}
-		return cmp.Compare(a, b)
-	})
-	if buf == nil {
-		// The first series' length, times the series, and some room.
-		buf = make([]byte, 0, 128+len(d.Help)+len(samples)*(lineLength(d, samples[0])+8))
-	}
-	buf = d.appendHeader(buf)
-	for k, p := range pos {
-		if k > 0 && slices.Equal(samples[p].lvs, samples[pos[k-1]].lvs) {
-			continue // a repeated label set: Gather keeps the first
-		}
-		buf = d.appendLine(buf, samples[p])
-	}
-	return buf
-}
-
-// appendHeader writes the family's HELP and TYPE lines.
-func (d *Def) appendHeader(buf []byte) []byte {
-	buf = append(buf, "# HELP "...)
-	buf = append(buf, d.Name...)
-	buf = append(buf, ' ')
-	buf = appendEscaped(buf, d.Help, false)
-	buf = append(buf, "\n# TYPE "...)
-	buf = append(buf, d.Name...)
-	buf = append(buf, ' ')
-	buf = append(buf, d.Type...)
-	return append(buf, '\n')
-}
-
-// appendLine writes one series.
-func (d *Def) appendLine(buf []byte, s sample) []byte {
-	order := d.labelOrder()
-	buf = append(buf, d.Name...)
-	for j, li := range order {
-		if j == 0 {
-			buf = append(buf, '{')
-		} else {
-			buf = append(buf, ',')
-		}
-		buf = append(buf, d.Labels[li]...)
-		buf = append(buf, '=', '"')
-		buf = appendEscaped(buf, s.lvs[li], true)
-		buf = append(buf, '"')
-	}
-	if len(order) > 0 {
-		buf = append(buf, '}')
-	}
-	buf = append(buf, ' ')
-	buf = appendFloat(buf, s.v)
-	return append(buf, '\n')
-}
-
-// lineLength estimates the length of a series' line.
-func lineLength(d *Def, s sample) int {
-	n := len(d.Name) + 24
-	for i, l := range d.Labels {
-		n += len(l) + len(s.lvs[i]) + 4
-	}
-	return n
-}
-
-// appendEscaped escapes backslashes and newlines, and double quotes when
-// quote is set, as expfmt does.
-func appendEscaped(buf []byte, s string, quote bool) []byte {
-	clean := true
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '\\' || c == '\n' || c == '"' {
-			clean = false
-			break
-		}
-	}
-	if clean {
-		return append(buf, s...)
-	}
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\':
-			buf = append(buf, '\\', '\\')
-		case c == '\n':
-			buf = append(buf, '\\', 'n')
-		case c == '"' && quote:
-			buf = append(buf, '\\', '"')
-		default:
-			buf = append(buf, c)
-		}
-	}
-	return buf
-}
-
-// appendFloat formats a value as expfmt's text format does (OpenMetrics:
-// appendOpenMetricsLine).
-func appendFloat(buf []byte, f float64) []byte {
-	switch {
-	case math.IsNaN(f):
-		return append(buf, "NaN"...)
-	case math.IsInf(f, +1):
-		return append(buf, "+Inf"...)
-	case math.IsInf(f, -1):
-		return append(buf, "-Inf"...)
-	case f == 0: // negative zero too
-		return append(buf, '0')
-	}
-	return strconv.AppendFloat(buf, f, 'g', -1, 64)
 }
