@@ -22,18 +22,13 @@ type Held struct {
 	Taints []index.Taint
 }
 
-// HeldDevices lists, for every pod that is bound and has not finished, the
-// published devices of its allocated claims that are reserved for it
-// (admin-access results left out: they hold no device).
-func HeldDevices(s *index.Snapshot) []Held { return heldDevices(s, false) }
-
-// HeldWithSignal is HeldDevices without the devices that have neither a
-// health report nor a taint: what the held families show. Where no device
+// HeldWithSignal lists, for every pod that is bound and has not finished,
+// the published devices of its allocated claims that are reserved for it
+// (admin-access results left out: they hold no device) and that have a
+// health report or a taint: what the held families show. Where no device
 // is tainted, a pod whose kubelet reports no device health is skipped
 // before its claims are resolved (most pods, on most clusters).
-func HeldWithSignal(s *index.Snapshot) []Held { return heldDevices(s, true) }
-
-func heldDevices(s *index.Snapshot, signalOnly bool) []Held {
+func HeldWithSignal(s *index.Snapshot) []Held {
 	var out []Held
 	tainted := s.AnyDeviceTaints()
 	for _, p := range s.Pods {
@@ -41,7 +36,7 @@ func heldDevices(s *index.Snapshot, signalOnly bool) []Held {
 			continue
 		}
 		health := deviceHealth(p.Obj)
-		if signalOnly && health.empty() && !tainted {
+		if health.empty() && !tainted {
 			continue
 		}
 		for _, pc := range s.ResolvePodClaims(p) {
@@ -55,7 +50,7 @@ func heldDevices(s *index.Snapshot, signalOnly bool) []Held {
 					continue
 				}
 				h := Held{Pod: p, Claim: c, Device: d, Health: health.of(c, r), Taints: s.Taints(d)}
-				if signalOnly && h.Health == "" && len(h.Taints) == 0 {
+				if h.Health == "" && len(h.Taints) == 0 {
 					continue
 				}
 				out = append(out, h)

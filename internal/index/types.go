@@ -115,11 +115,6 @@ type Class struct {
 	Created time.Time
 }
 
-// ImplicitExtendedResource is the extended resource name every class serves.
-func (c *Class) ImplicitExtendedResource() string {
-	return resourceapi.ResourceDeviceClassPrefix + c.Name
-}
-
 // Claim is a ResourceClaim with its joins precomputed.
 type Claim struct {
 	Obj *resourceapi.ResourceClaim
