@@ -20,13 +20,13 @@ var podLowerPriorityHolders = family.New("dra_pod_lower_priority_holders", famil
 	WithDoc("The scheduler does not preempt pods to free DRA devices, so preemption will not help such a pod: a device must be freed by hand or by a queue. Only for pods blocked with reason capacity_exhausted that have such holders.")
 
 type blockedCollector struct {
-	// verdicts keeps the last verdicts: a scrape walks the tree only for
-	// the pods whose inputs changed.
-	verdicts *classify.Verdicts
+	// memo keeps the last verdicts: a scrape walks the tree only for the
+	// pods whose inputs changed.
+	memo *classify.Memo
 }
 
 // NewBlockedCollector exports the blocked-pod classification.
-func NewBlockedCollector() engine.Collector { return blockedCollector{verdicts: &classify.Verdicts{}} }
+func NewBlockedCollector() engine.Collector { return blockedCollector{memo: &classify.Memo{}} }
 
 func (blockedCollector) Name() string { return "blocked" }
 func (blockedCollector) Defs() []*family.Def {
@@ -39,9 +39,9 @@ func (c blockedCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitt
 }
 
 // EachRow: a blocked pod's series read its verdict alone (the row's key:
-// kept while the pod's verdict holds, classify.Verdicts.Kept).
+// kept while the pod's verdict holds, classify.Memo.Kept).
 func (c blockedCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
-	for _, v := range c.verdicts.Kept(s) {
+	for _, v := range c.memo.Kept(s) {
 		if rows.Kept(v) {
 			continue
 		}

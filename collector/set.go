@@ -27,19 +27,19 @@ type Config struct {
 // ClusterCollectors returns the cluster exporter's collectors, in the order
 // their families appear in the metrics reference.
 func ClusterCollectors(cfg Config) []engine.Collector {
-	// The gates read the blocked pods' verdicts: one walk of the tree
-	// serves both.
-	verdicts := &classify.Verdicts{}
+	// The gates read the blocked pods' verdicts: one memo, one walk of
+	// the tree, serves both.
+	memo := classify.NewMemo(cfg.NegativeControl.Matches)
 	return []engine.Collector{
 		NewDeviceCollector(cfg.AttributeLabels),
 		NewDeviceClassCollector(),
 		NewClaimCollector(),
-		blockedCollector{verdicts: verdicts},
+		blockedCollector{memo: memo},
 		NewLeakCollector(cfg.UnreservedGrace),
 		NewConflictCollector(),
 		NewHeldCollector(),
 		NewLaneCollector(),
 		NewPodCollector(cfg.PodLabels),
-		NewGateCollector(cfg.NegativeControl, verdicts),
+		NewGateCollector(memo),
 	}
 }

@@ -105,7 +105,7 @@ func offlineGates(ns string, sel labels.Selector, f gatesFlags, stderr io.Writer
 	}
 	s := ix.Snapshot()
 	blocked := map[index.Key]*classify.Verdict{}
-	for _, v := range (&classify.Verdicts{}).Kept(s) {
+	for _, v := range (&classify.Memo{}).Kept(s) {
 		blocked[v.Pod.Key] = v
 	}
 	r := &gatesReport{Namespace: ns, Source: strings.Join(f.from, ", "), At: created}

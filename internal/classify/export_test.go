@@ -1,8 +1,15 @@
 package classify
 
 // Walks returns how many times the tree was walked.
-func (m *Verdicts) Walks() int {
+func (m *Memo) Walks() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.walks
+}
+
+// Entries returns how many pods the memo holds an entry for.
+func (m *Memo) Entries() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.pods)
 }

@@ -94,7 +94,7 @@ type GateResult struct {
 }
 
 // APIGate evaluates the api gate of a DRA pod that is not finished.
-// blocked is the pod's verdict when the decision tree has one (Verdicts),
+// blocked is the pod's verdict when the decision tree has one (Memo),
 // nil otherwise: its controller and scheduler reasons say why a claim is
 // not allocated better than the gate can. With explain, every check leaves
 // its evidence.
@@ -295,7 +295,7 @@ type ControlResult struct {
 // that was allocated a device, or has run, shows that its selector does not
 // enforce the boundary it was written for; one that waits for matching
 // devices to be free shows the same, only later. blocked is its verdict
-// (Verdicts), nil when the tree has none.
+// (Memo), nil when the tree has none.
 func NegativeControl(s *index.Snapshot, p *index.Pod, blocked *Verdict, explain bool) ControlResult {
 	r := negativeControl(s, p, blocked, explain)
 	r.State, r.Why = ControlStateOf(r.Reason)

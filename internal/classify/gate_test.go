@@ -17,7 +17,7 @@ import (
 )
 
 // gateOf evaluates the api gate of llm-0 with the verdict the exporter
-// would hand it (Verdicts keeps only blocked pods).
+// would hand it (Memo.Kept keeps only blocked pods).
 func gateOf(t *testing.T, explain bool, objs ...any) classify.GateResult {
 	t.Helper()
 	s := snapshotOf(t, objs...)
@@ -29,7 +29,7 @@ func gateOf(t *testing.T, explain bool, objs ...any) classify.GateResult {
 }
 
 func blockedVerdict(s *index.Snapshot, p *index.Pod) *classify.Verdict {
-	for _, v := range (&classify.Verdicts{}).Kept(s) {
+	for _, v := range (&classify.Memo{}).Kept(s) {
 		if v.Pod.Key == p.Key {
 			return v
 		}
