@@ -200,12 +200,14 @@ func (m *Memo) verdicts(s *index.Snapshot) []*Verdict {
 // the snapshot's order, as kept: the same pointer stands for the same gate
 // of the same pod while it holds. The gates must not be modified.
 func (m *Memo) Gates(s *index.Snapshot) []*PodGate {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	// The verdicts first, in a pass of their own: the blocked collector,
+	// which reads them too, need not wait for the gates.
 	blocked := map[index.Key]*Verdict{}
-	for _, v := range m.verdicts(s) {
+	for _, v := range m.Kept(s) {
 		blocked[v.Pod.Key] = v
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if !m.gatesValid || !s.Version().Unchanged(m.gateVersion, gateWorld) {
 		m.reset(false)
 	}
