@@ -48,6 +48,14 @@ type Memo struct {
 	nVerdicts, nGates int
 	// walks counts the walks of the tree, for tests.
 	walks int
+
+	// last is the last verdict pass's answer and the snapshot version it
+	// answers for: the blocked collector and the gates both read the
+	// verdicts of a scrape's snapshot, and the second takes them from here,
+	// without a pass or a wait for the gate pass (lastMu, not mu).
+	lastMu      sync.Mutex
+	last        []*Verdict
+	lastVersion index.Version
 }
 
 // NewMemo returns a memo whose negative controls are the pods isControl
@@ -152,11 +160,23 @@ func (m *Memo) Blocked(s *index.Snapshot) []Verdict {
 
 // Kept is Blocked, the verdicts as kept: the same pointer stands for the
 // same verdict of the same pod while it holds (a reader may key what it
-// derived on it). The verdicts must not be modified.
+// derived on it). Neither the slice nor the verdicts may be modified.
 func (m *Memo) Kept(s *index.Snapshot) []*Verdict {
+	v := s.Version()
+	m.lastMu.Lock()
+	if v.Unchanged(m.lastVersion, index.AllKinds) {
+		out := m.last
+		m.lastMu.Unlock()
+		return out
+	}
+	m.lastMu.Unlock()
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.verdicts(s)
+	out := m.verdicts(s)
+	m.mu.Unlock()
+	m.lastMu.Lock()
+	m.last, m.lastVersion = out, v
+	m.lastMu.Unlock()
+	return out
 }
 
 func (m *Memo) verdicts(s *index.Snapshot) []*Verdict {
