@@ -382,6 +382,7 @@ REGISTRY_VERSION := v3.1.2
 REGISTRY_BIN := $(CACHE)/registry/$(REGISTRY_VERSION)/registry
 export DRA_REGISTRY := $(REGISTRY_BIN)
 export DRA_RELEASE_CACHE := $(CACHE)
+export DRA_KREW_BIN := $(KREW_BIN)
 
 $(REGISTRY_BIN): tools/registry/go.mod tools/registry/go.sum
 	@echo ">> building the registry (distribution) $(REGISTRY_VERSION) (cold: see docs/testing.md)"

@@ -476,6 +476,18 @@ func TestImageRegistryRender(t *testing.T) {
 	}
 }
 
+// An upgrade of the one-replica Deployment starts the new pod before it
+// stops the old one; a StatefulSet of shards has no such field.
+func TestRollingUpdateRender(t *testing.T) {
+	d := byKind(render(t), "Deployment")[0]
+	if s := Get(d.Obj, "spec", "strategy", "rollingUpdate"); fmt.Sprint(Get(s, "maxSurge"), Get(s, "maxUnavailable")) != "1 0" {
+		t.Errorf("the Deployment's rolling update %v, want maxSurge 1 and maxUnavailable 0", s)
+	}
+	if s := Get(byKind(render(t, "exporter.shards=2"), "StatefulSet")[0].Obj, "spec", "strategy"); s != nil {
+		t.Errorf("the StatefulSet has a Deployment's strategy: %v", s)
+	}
+}
+
 // The device-plugin resources are one setting of both processes.
 func TestDevicePluginResourcesRender(t *testing.T) {
 	objs := render(t, "devicePluginResources=nvidia.com/gpu\\,nvidia.com/mig-1g.10gb", "nodeAgent.gpu.source=none", "nodeAgent.runtimeClassName=nvidia")
