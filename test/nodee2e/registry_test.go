@@ -281,12 +281,16 @@ func TestRegistry(t *testing.T) {
 				t.Errorf("%s restarted %d times:\n%s", c.component, st.RestartCount, describe(pod))
 			}
 			// The kubelet pulled it (not "already present on machine").
-			if !podEvent(t, pod, "Pulled", "Successfully pulled image \""+want+":"+releaseVersion+"\"") {
+			if e := podEvent(t, pod, "Pulled", "Successfully pulled image \""+want+":"+releaseVersion+"\""); e == "" {
 				t.Errorf("no event says the kubelet pulled %s:%s for %s", want, releaseVersion, pod.Name)
+			} else {
+				t.Logf("%s: %s", pod.Name, e)
 			}
 			// And containerd fetched its manifest from the registry.
-			if !registryServed(t, reg, c.image, "containerd") {
+			if line := registryServed(t, reg, c.image, "containerd"); line == "" {
 				t.Errorf("the registry's log has no GET of %s's manifest by containerd:\n%s", c.image, cluster.Tail(reg.log, 20))
+			} else {
+				t.Logf("registry: %s", line)
 			}
 		}
 		pod := componentPod(t, chartNS, release, "exporter")
@@ -351,14 +355,24 @@ func TestRegistry(t *testing.T) {
 			t.Fatalf("the exporter's Service: %v %v", err, services)
 		}
 		service := services.Items[0].Name
+		agentServices, err := env.cp.Client.CoreV1().Services(chartNS).List(context.Background(), metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/instance=" + release + ",app.kubernetes.io/component=node-agent"})
+		if err != nil || len(agentServices.Items) != 1 {
+			t.Fatalf("the node agent's Service: %v %v", err, agentServices)
+		}
 
-		s := scrapeService(chartNS, service, 500*time.Millisecond)
+		s := scrapeService(chartNS, service, "dra_exporter_apiserver_up", 500*time.Millisecond)
+		// The node agent too, for the record: its DaemonSet cannot surge
+		// (one pod per node), so its node's agent is away while it is
+		// replaced; docs/install.md says for how long.
+		agentScrapes := scrapeService(chartNS, agentServices.Items[0].Name, "dra_node_podresources_up", 500*time.Millisecond)
 		upgradeStart := time.Now()
 		out, err = helmCmd(t, "upgrade", release, "oci://"+registryPrefix+"/charts/dra-exporter", "--version", chartVersion, "--plain-http",
 			"--namespace", chartNS, "--set", "image.registry="+registryPrefix, "--wait", "--timeout", "3m")
 		upgraded := time.Since(upgradeStart)
 		if err != nil {
 			s.stop()
+			agentScrapes.stop()
 			t.Fatalf("helm upgrade: %v\n%s\n%s", err, out, podsOf(chartNS))
 		}
 		// The old pod must be gone and the new one serving before the
@@ -372,8 +386,13 @@ func TestRegistry(t *testing.T) {
 			after = &pods.Items[0]
 			return true, nil
 		})
+		if err == nil {
+			// And the new agent Ready.
+			componentPod(t, chartNS, release, "node-agent")
+		}
 		time.Sleep(3 * time.Second)
 		r := s.stop()
+		t.Logf("the node agent's Service during the upgrade (not a requirement): %s", agentScrapes.stop())
 		if err != nil {
 			t.Fatalf("%v\n%s", err, podsOf(chartNS))
 		}
@@ -446,9 +465,9 @@ func componentPod(t *testing.T, ns, release, component string) *corev1.Pod {
 	return waitPod(t, ns, pods.Items[0].Name, "Ready", 2*time.Minute, ready)
 }
 
-// podEvent says whether the pod has an event of reason whose message
-// starts with message.
-func podEvent(t *testing.T, pod *corev1.Pod, reason, message string) bool {
+// podEvent finds the pod's event of reason whose message starts with
+// message ("" if none).
+func podEvent(t *testing.T, pod *corev1.Pod, reason, message string) string {
 	t.Helper()
 	events, err := env.cp.Client.CoreV1().Events(pod.Namespace).List(context.Background(), metav1.ListOptions{
 		FieldSelector: "involvedObject.name=" + pod.Name + ",reason=" + reason})
@@ -457,15 +476,16 @@ func podEvent(t *testing.T, pod *corev1.Pod, reason, message string) bool {
 	}
 	for _, e := range events.Items {
 		if strings.HasPrefix(e.Message, message) {
-			return true
+			return e.Message
 		}
 	}
-	return false
+	return ""
 }
 
-// registryServed says whether the registry's access log has a GET of the
-// image's manifest by a client whose user agent contains agent.
-func registryServed(t *testing.T, reg *ociRegistry, image, agent string) bool {
+// registryServed finds the registry's access log line of a GET of the
+// image's manifest by a client whose user agent contains agent ("" if
+// none).
+func registryServed(t *testing.T, reg *ociRegistry, image, agent string) string {
 	t.Helper()
 	f, err := os.Open(reg.log)
 	if err != nil {
@@ -478,16 +498,17 @@ func registryServed(t *testing.T, reg *ociRegistry, image, agent string) bool {
 	for sc.Scan() {
 		line := sc.Text()
 		if strings.Contains(line, "\"GET "+path) && strings.Contains(line, agent) {
-			return true
+			return line
 		}
 	}
-	return false
+	return ""
 }
 
 // serviceScraper scrapes a Service as a client of it would, through its
 // ready endpoints (the EndpointSlices' addresses; no kube-proxy routes the
 // Service's IP here): every interval, each ready endpoint; the scrape is
-// served when one of them answers with dra_exporter_apiserver_up 1.
+// served when one of them answers with family at 1 (the exporter's
+// dra_exporter_apiserver_up, the agent's dra_node_podresources_up).
 type serviceScraper struct {
 	done chan struct{}
 	wg   sync.WaitGroup
@@ -510,7 +531,7 @@ func (r scrapeResult) String() string {
 	return fmt.Sprintf("%d scrapes, %d missed %v, served by %v", r.scrapes, r.missed, r.misses, ips)
 }
 
-func scrapeService(ns, service string, interval time.Duration) *serviceScraper {
+func scrapeService(ns, service, family string, interval time.Duration) *serviceScraper {
 	s := &serviceScraper{done: make(chan struct{}), res: scrapeResult{served: map[string]bool{}}}
 	s.wg.Add(1)
 	go func() {
@@ -518,7 +539,7 @@ func scrapeService(ns, service string, interval time.Duration) *serviceScraper {
 		tick := time.NewTicker(interval)
 		defer tick.Stop()
 		for {
-			ip, err := s.scrapeOnce(ns, service)
+			ip, err := s.scrapeOnce(ns, service, family)
 			s.mu.Lock()
 			s.res.scrapes++
 			if err != nil {
@@ -538,7 +559,7 @@ func scrapeService(ns, service string, interval time.Duration) *serviceScraper {
 	return s
 }
 
-func (s *serviceScraper) scrapeOnce(ns, service string) (string, error) {
+func (s *serviceScraper) scrapeOnce(ns, service, family string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	eps, err := env.cp.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + service})
@@ -558,7 +579,7 @@ func (s *serviceScraper) scrapeOnce(ns, service string) (string, error) {
 				target := &cluster.Exporter{URL: fmt.Sprintf("http://%s:%d", ep.Addresses[0], *port.Port)}
 				m, err := target.Scrape()
 				if err == nil {
-					err = one(m, "dra_exporter_apiserver_up", nil, 1)
+					err = one(m, family, nil, 1)
 				}
 				if err == nil {
 					return ep.Addresses[0], nil
