@@ -393,3 +393,6 @@ $(REGISTRY_BIN): tools/registry/go.mod tools/registry/go.sum
 
 .PHONY: registry
 registry: $(REGISTRY_BIN) ## Build the OCI registry (distribution, cached) that the real node's e2e pushes the release to and pulls from.
+
+# TestRegistry (test/nodee2e) needs the registry and krew beside test-node's own prerequisites.
+test-node: $(REGISTRY_BIN) $(KREW_BIN)/.built

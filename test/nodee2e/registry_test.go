@@ -168,11 +168,12 @@ func pushRelease(t *testing.T, tool, helm, dir string, reg *ociRegistry) map[str
 	root, _ := filepath.Abs(repoPath("."))
 	args := []string{"-push", "-version", releaseVersion, "-root", root, "-out", dir, "-helm", helm,
 		"-registry", reg.host + "/" + registryNamespace, "-insecure"}
+	start := time.Now()
 	b, err := exec.Command(tool, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("make push (release %s): %v\n%s", strings.Join(args, " "), err, b)
 	}
-	t.Logf("make push REGISTRY=%s/%s INSECURE=1:\n%s", reg.host, registryNamespace, b)
+	t.Logf("make push REGISTRY=%s/%s INSECURE=1 in %s:\n%s", reg.host, registryNamespace, time.Since(start).Round(100*time.Millisecond), b)
 	listed, err := os.ReadFile(filepath.Join(dir, "images.txt"))
 	if err != nil {
 		t.Fatal(err)
