@@ -154,7 +154,8 @@ func buildRelease(t *testing.T, tool, helm string) string {
 	}
 	start := time.Now()
 	if b, err := exec.Command(tool, args...).CombinedOutput(); err != nil {
-		t.Fatalf("release %s: %v\n%s", strings.Join(args, " "), err, b)
+		t.Fatalf("release %s: %v\n%s\n(the node's namespace has no network: the release's Debian packages, apt lists and cross compiler must be in %s first, which make release-test fills)",
+			strings.Join(args, " "), err, b, EnvReleaseCache)
 	}
 	t.Logf("make release VERSION=%s (tools/release) in %s", releaseVersion, time.Since(start).Round(time.Second))
 	return out
@@ -221,7 +222,8 @@ func helmCmd(t *testing.T, args ...string) (string, error) {
 //     as 0.0.9) installed from the registry, `helm upgrade` to this one
 //     while a client scrapes the exporter's Service every 500ms: at most
 //     one scrape missed; then `helm uninstall` leaves none of the chart's
-//     objects, namespaced or cluster-scoped.
+//     objects, namespaced or cluster-scoped (and the check finds a stray
+//     object of the release's label: it is not blind).
 func TestRegistry(t *testing.T) {
 	ctx := context.Background()
 	helm := os.Getenv(helmchart.EnvHelm)
@@ -348,7 +350,12 @@ func TestRegistry(t *testing.T) {
 		if err != nil {
 			t.Fatalf("helm install the previous chart: %v\n%s\n%s", err, out, podsOf(chartNS))
 		}
-		defer uninstallLeavesNothing(t, a, release, chartNS)
+		uninstalled := false
+		defer func() {
+			if !uninstalled {
+				uninstallLeavesNothing(t, a, release, chartNS)
+			}
+		}()
 		before := componentPod(t, chartNS, release, "exporter")
 		services, err := env.cp.Client.CoreV1().Services(chartNS).List(context.Background(), metav1.ListOptions{
 			LabelSelector: "app.kubernetes.io/instance=" + release + ",app.kubernetes.io/component=exporter"})
@@ -424,6 +431,21 @@ func TestRegistry(t *testing.T) {
 			return one(m, "dra_pod_blocked", blocked, 1)
 		})
 		t.Logf("upgrade checked in %s", time.Since(begin).Round(time.Second))
+
+		// helm uninstall, and a check that is not blind: a ConfigMap with
+		// the release's label that helm never made (as a hook or an operator
+		// could leave) must be all that is found.
+		stray := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stray", Namespace: chartNS,
+			Labels: map[string]string{"app.kubernetes.io/instance": release}}}
+		if _, err := env.cp.Client.CoreV1().ConfigMaps(chartNS).Create(context.Background(), stray, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		uninstalled = true
+		left := uninstallLeftovers(t, a, release, chartNS)
+		if !slices.Equal(left, []string{"configmaps stray"}) {
+			t.Errorf("after helm uninstall %s (and a stray ConfigMap of its label), left: %v, want only the stray", release, left)
+		}
+		_ = env.cp.Client.CoreV1().ConfigMaps(chartNS).Delete(context.Background(), "stray", metav1.DeleteOptions{})
 	})
 }
 
@@ -603,28 +625,37 @@ func (s *serviceScraper) stop() scrapeResult {
 	return s.res
 }
 
-// uninstallLeavesNothing uninstalls a release and checks that nothing of
-// it is left: every object helm installed (its manifest: the workloads,
-// Services, ServiceAccounts, ClusterRoles and ClusterRoleBindings, the
-// PodDisruptionBudget, the ServiceMonitors, the PrometheusRule, the
-// dashboards' ConfigMap), every object its controllers made (pods,
-// ReplicaSets, ControllerRevisions, EndpointSlices) and helm's own release
-// records.
+// uninstallLeavesNothing uninstalls a release and fails the test with
+// whatever of it is left (uninstallLeftovers).
 func uninstallLeavesNothing(t *testing.T, a *cluster.Applier, release, ns string) {
+	t.Helper()
+	if left := uninstallLeftovers(t, a, release, ns); len(left) > 0 {
+		t.Errorf("after helm uninstall %s, left: %v", release, left)
+	}
+}
+
+// uninstallLeftovers uninstalls a release and lists what of it is left:
+// every object helm installed (its manifest: the workloads, Services,
+// ServiceAccounts, ClusterRoles and ClusterRoleBindings, the
+// PodDisruptionBudget, the ServiceMonitors, the PrometheusRule, the
+// dashboards' ConfigMap), every object labelled with the release (what its
+// controllers made: pods, ReplicaSets, ControllerRevisions,
+// EndpointSlices; and ConfigMaps, Secrets, Services, ServiceAccounts,
+// ClusterRoles, ClusterRoleBindings) and helm's own release records. The
+// pods and what the controllers made get 90 s to be collected.
+func uninstallLeftovers(t *testing.T, a *cluster.Applier, release, ns string) []string {
 	t.Helper()
 	ctx := context.Background()
 	manifest, err := helmCmd(t, "get", "manifest", release, "--namespace", ns)
 	if err != nil {
-		t.Errorf("helm get manifest: %v\n%s", err, manifest)
-		return
+		return []string{fmt.Sprintf("helm get manifest: %v\n%s", err, manifest)}
 	}
 	var objs []map[string]any
 	kinds := map[string]bool{}
 	for _, doc := range strings.Split("\n"+manifest, "\n---") {
 		var obj map[string]any
 		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
-			t.Errorf("helm get manifest: %v", err)
-			return
+			return []string{fmt.Sprintf("helm get manifest: %v", err)}
 		}
 		if len(obj) == 0 {
 			continue
@@ -632,16 +663,16 @@ func uninstallLeavesNothing(t *testing.T, a *cluster.Applier, release, ns string
 		objs = append(objs, obj)
 		kinds[(&unstructured.Unstructured{Object: obj}).GetKind()] = true
 	}
+	var left []string
 	// The chart's default rendering: a check of fewer kinds would miss some.
 	for _, k := range []string{"Deployment", "DaemonSet", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
 		"PodDisruptionBudget", "ServiceMonitor", "PrometheusRule", "ConfigMap"} {
 		if !kinds[k] {
-			t.Errorf("the release %s installed no %s: %v", release, k, kinds)
+			left = append(left, fmt.Sprintf("(the release installed no %s: %v)", k, kinds))
 		}
 	}
 	if out, err := helmCmd(t, "uninstall", release, "--namespace", ns, "--wait", "--timeout", "2m"); err != nil {
-		t.Errorf("helm uninstall: %v\n%s", err, out)
-		return
+		return append(left, fmt.Sprintf("helm uninstall: %v\n%s", err, out))
 	}
 	for _, obj := range objs {
 		u := &unstructured.Unstructured{Object: obj}
@@ -650,62 +681,61 @@ func uninstallLeavesNothing(t *testing.T, a *cluster.Applier, release, ns string
 		}
 		res, err := a.Resource(u.Object)
 		if err != nil {
-			t.Error(err)
+			left = append(left, err.Error())
 			continue
 		}
 		if _, err := res.Get(ctx, u.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("after helm uninstall, %s %s/%s: %v (want not found)", u.GetKind(), u.GetNamespace(), u.GetName(), err)
+			left = append(left, fmt.Sprintf("%s %s/%s (%v)", u.GetKind(), u.GetNamespace(), u.GetName(), err))
 		}
 	}
-	// What the controllers made, by the chart's instance label, and helm's
-	// release records (Secrets owner=helm).
-	left := func(ctx context.Context) []string {
-		var left []string
-		selector := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
-		for _, gvr := range []schema.GroupVersionResource{
+	selector := metav1.ListOptions{LabelSelector: "app.kubernetes.io/instance=" + release}
+	labelled := func(ctx context.Context, gvrs []schema.GroupVersionResource, namespaced bool) []string {
+		var found []string
+		for _, gvr := range gvrs {
+			var list *unstructured.UnstructuredList
+			var err error
+			if namespaced {
+				list, err = a.Dyn.Resource(gvr).Namespace(ns).List(ctx, selector)
+			} else {
+				list, err = a.Dyn.Resource(gvr).List(ctx, selector)
+			}
+			if err != nil {
+				found = append(found, gvr.Resource+": "+err.Error())
+				continue
+			}
+			for _, i := range list.Items {
+				found = append(found, gvr.Resource+" "+i.GetName())
+			}
+		}
+		return found
+	}
+	// What the controllers made goes with the garbage collector.
+	var collected []string
+	err = cluster.WaitFor(ctx, 90*time.Second, "the pods and what the controllers made of "+release+" collected", func(ctx context.Context) (bool, error) {
+		collected = labelled(ctx, []schema.GroupVersionResource{
 			{Version: "v1", Resource: "pods"}, {Group: "apps", Version: "v1", Resource: "replicasets"},
 			{Group: "apps", Version: "v1", Resource: "controllerrevisions"}, {Group: "discovery.k8s.io", Version: "v1", Resource: "endpointslices"},
-			{Version: "v1", Resource: "configmaps"}, {Version: "v1", Resource: "secrets"}, {Version: "v1", Resource: "services"},
-			{Version: "v1", Resource: "serviceaccounts"},
-		} {
-			list, err := a.Dyn.Resource(gvr).Namespace(ns).List(ctx, selector)
-			if err != nil {
-				left = append(left, gvr.Resource+": "+err.Error())
-				continue
-			}
-			for _, i := range list.Items {
-				left = append(left, gvr.Resource+" "+i.GetName())
-			}
-		}
-		for _, gvr := range []schema.GroupVersionResource{
-			{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
-			{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
-		} {
-			list, err := a.Dyn.Resource(gvr).List(ctx, selector)
-			if err != nil {
-				left = append(left, gvr.Resource+": "+err.Error())
-				continue
-			}
-			for _, i := range list.Items {
-				left = append(left, gvr.Resource+" "+i.GetName())
-			}
-		}
-		records, err := env.cp.Client.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + release})
-		if err != nil {
-			left = append(left, "helm's records: "+err.Error())
-		} else {
-			for _, s := range records.Items {
-				left = append(left, "helm record "+s.Name)
-			}
-		}
-		return left
-	}
-	var last []string
-	err = cluster.WaitFor(ctx, 90*time.Second, "nothing of "+release+" left", func(ctx context.Context) (bool, error) {
-		last = left(ctx)
-		return len(last) == 0, nil
+		}, true)
+		return len(collected) == 0, nil
 	})
 	if err != nil {
-		t.Errorf("%v: %v", err, last)
+		left = append(left, collected...)
 	}
+	left = append(left, labelled(ctx, []schema.GroupVersionResource{
+		{Version: "v1", Resource: "configmaps"}, {Version: "v1", Resource: "secrets"}, {Version: "v1", Resource: "services"},
+		{Version: "v1", Resource: "serviceaccounts"},
+	}, true)...)
+	left = append(left, labelled(ctx, []schema.GroupVersionResource{
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"},
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"},
+	}, false)...)
+	records, err := env.cp.Client.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: "owner=helm,name=" + release})
+	if err != nil {
+		left = append(left, "helm's records: "+err.Error())
+	} else {
+		for _, s := range records.Items {
+			left = append(left, "helm record "+s.Name)
+		}
+	}
+	return left
 }
