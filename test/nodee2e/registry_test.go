@@ -69,6 +69,9 @@ func startRegistry(t *testing.T) *ociRegistry {
 	if bin == "" {
 		t.Fatalf("%s is not set (make registry builds the registry and the Makefile sets it)", EnvRegistry)
 	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("the registry (%s): %v (make registry builds it)", EnvRegistry, err)
+	}
 	port, err := cluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -311,6 +314,9 @@ func TestRegistry(t *testing.T) {
 		krewDir := os.Getenv(EnvKrewBin)
 		if krewDir == "" {
 			t.Fatalf("%s is not set (make krew builds krew and the Makefile sets it)", EnvKrewBin)
+		}
+		if _, err := os.Stat(filepath.Join(krewDir, "krew")); err != nil {
+			t.Fatalf("krew (%s): %v (make krew builds it)", EnvKrewBin, err)
 		}
 		krewRoot := t.TempDir()
 		cmd := exec.Command(filepath.Join(krewDir, "krew"), "install", "--manifest="+filepath.Join(dir, "dra-exporter.yaml"),
