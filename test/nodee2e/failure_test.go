@@ -88,7 +88,8 @@ var bogusSharing = node.BogusSharing
 // (layer node; explain quotes the driver's message); the agent sees the
 // claim reported without devices and counts nothing prepared; the kubelet's
 // own /metrics, scraped by the real Prometheus, fire DRAKubeletOperationErrors,
-// although its gRPC metric counts the failures as OK.
+// although its gRPC metric counts the failures as OK; and the driver's own
+// /metrics fire DRAExampleDriverPrepareErrors.
 func TestPrepareFailure(t *testing.T) {
 	ns := namespace(t, "prepare-failure")
 	failedBefore := kubeletMetrics(t).Sum("dra_operations_duration_seconds", map[string]string{"operation_name": "PrepareResources", "is_error": "true"})
@@ -125,6 +126,9 @@ func TestPrepareFailure(t *testing.T) {
 		}
 	}
 	waitAlert(t, "DRAKubeletOperationErrors", map[string]string{"node": env.node.Name, "operation_name": "PrepareResources"})
+	// The driver's own count of the same failure, scraped from its
+	// /metrics (job dra-example-driver), fires its alert too.
+	waitAlert(t, "DRAExampleDriverPrepareErrors", map[string]string{"node": env.node.Name})
 	_ = pod
 }
 

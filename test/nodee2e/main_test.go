@@ -147,6 +147,9 @@ func startWatchers(ctx context.Context) error {
 			{Name: "dra-node-agent", Target: strings.TrimPrefix(env.agent.URL, "http://"), HonorLabels: true},
 			{Name: "kubelet", Target: fmt.Sprintf("%s:%d", env.node.IP, node.KubeletPort),
 				BearerToken: cluster.AdminToken, Labels: map[string]string{"node": env.node.Name}},
+			// The driver's own metrics (dra_example_driver_*), as a
+			// PodMonitor on its kubelet plugin would scrape them.
+			{Name: "dra-example-driver", Target: env.node.DriverMetricsTarget(), Labels: map[string]string{"node": env.node.Name}},
 		},
 	})
 	return err
