@@ -448,6 +448,49 @@ func TestHostPIDRender(t *testing.T) {
 	}
 }
 
+// image.registry moves both images to the registry `make push REGISTRY=`
+// pushed them to, keeping each repository's last element and the tag
+// (v0.1.0 below stands for the chart's appVersion).
+func TestImageRegistryRender(t *testing.T) {
+	// The tag defaults to the chart's appVersion; the render's own labels say it.
+	var tag string
+	images := func(values ...string) [2]any {
+		objs := render(t, values...)
+		d := byKind(objs, "Deployment")[0]
+		tag = fmt.Sprint(Get(d.Obj, "metadata", "labels", "app.kubernetes.io/version"))
+		return [2]any{Get(container(t, d), "image"), Get(container(t, byKind(objs, "DaemonSet")[0]), "image")}
+	}
+	for _, c := range []struct {
+		values []string
+		want   [2]any
+	}{
+		{nil, [2]any{"ghcr.io/dra-exporter/dra-exporter:v0.1.0", "ghcr.io/dra-exporter/dra-exporter-node-agent:v0.1.0"}},
+		{[]string{"image.registry=127.0.0.1:5000/dra"}, [2]any{"127.0.0.1:5000/dra/dra-exporter:v0.1.0", "127.0.0.1:5000/dra/dra-exporter-node-agent:v0.1.0"}},
+		{[]string{"image.registry=registry.example.com/", "nodeAgent.image.tag=v9", "image.repository=other/exporter"},
+			[2]any{"registry.example.com/exporter:v0.1.0", "registry.example.com/dra-exporter-node-agent:v9"}},
+	} {
+		got := images(c.values...)
+		for i := range c.want {
+			c.want[i] = strings.ReplaceAll(c.want[i].(string), "v0.1.0", tag)
+		}
+		if tag == "" || got != c.want {
+			t.Errorf("%v: images %v, want %v", c.values, got, c.want)
+		}
+	}
+}
+
+// An upgrade of the one-replica Deployment starts the new pod before it
+// stops the old one; a StatefulSet of shards has no such field.
+func TestRollingUpdateRender(t *testing.T) {
+	d := byKind(render(t), "Deployment")[0]
+	if s := Get(d.Obj, "spec", "strategy", "rollingUpdate"); fmt.Sprint(Get(s, "maxSurge"), Get(s, "maxUnavailable")) != "1 0" {
+		t.Errorf("the Deployment's rolling update %v, want maxSurge 1 and maxUnavailable 0", s)
+	}
+	if s := Get(byKind(render(t, "exporter.shards=2"), "StatefulSet")[0].Obj, "spec", "strategy"); s != nil {
+		t.Errorf("the StatefulSet has a Deployment's strategy: %v", s)
+	}
+}
+
 // The device-plugin resources are one setting of both processes.
 func TestDevicePluginResourcesRender(t *testing.T) {
 	objs := render(t, "devicePluginResources=nvidia.com/gpu\\,nvidia.com/mig-1g.10gb", "nodeAgent.gpu.source=none", "nodeAgent.runtimeClassName=nvidia")

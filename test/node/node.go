@@ -225,11 +225,30 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	})
 }
 
+// registryHosts is the node's containerd registry configuration directory
+// (config_path): a folder per registry host holding its hosts.toml, read
+// again at every pull.
+func (n *Node) registryHosts() string { return filepath.Join(n.Dir, "certs.d") }
+
+// TrustPlainHTTPRegistry tells the node's containerd, as containerd's
+// docs/hosts.md says, that the registry at host (host:port, on the node's
+// loopback) speaks plain HTTP: <config_path>/<host>/hosts.toml. Pulls of
+// images named host/... then go to http://host; nothing else changes.
+func (n *Node) TrustPlainHTTPRegistry(host string) error {
+	dir := filepath.Join(n.registryHosts(), host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+host, "http://"+host)
+	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644)
+}
+
 // containerdConfig follows notes/realnode.md: CRI with the overlayfs
 // snapshotter and the local pause image pinned, runc from Debian without the
 // systemd cgroup driver, CDI specs from the driver's folder, oom_score_adj
 // restricted (root cannot lower it on this kind of machine), network
-// namespaces under containerd's own state folder.
+// namespaces under containerd's own state folder, registry hosts from the
+// node's own config_path (TrustPlainHTTPRegistry).
 func (n *Node) containerdConfig() string {
 	return fmt.Sprintf(`version = 3
 
@@ -240,6 +259,8 @@ func (n *Node) containerdConfig() string {
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = %q
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = %q
 
 [plugins."io.containerd.cri.v1.runtime"]
   cdi_spec_dirs = [%q]
@@ -255,7 +276,7 @@ func (n *Node) containerdConfig() string {
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = [%q]
     conf_dir = %q
-`, containerdSocket, PauseImage, CDIRoot, n.Bins.Runc, n.Bins.CNIDir, filepath.Join(n.Dir, "cni/net.d"))
+`, containerdSocket, PauseImage, n.registryHosts(), CDIRoot, n.Bins.Runc, n.Bins.CNIDir, filepath.Join(n.Dir, "cni/net.d"))
 }
 
 // CDIRoot is where the driver writes its CDI specs (inside the covered /run).
