@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -67,26 +69,7 @@ func TestBundleReaderRole(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A node agent pod, running, its metrics port named as the chart names it.
-	agent := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "agent", Labels: map[string]string{"app": "e2e-bundle-rbac-agent"}},
-		Spec: corev1.PodSpec{NodeName: "gpu-node-1", Containers: []corev1.Container{{
-			Name: "node-agent", Image: "registry.example.com/dra-exporter-agent:dev",
-			Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9878}},
-		}}},
-	}
-	createPod(t, agent)
-	if err := env.kubelet.SetRunning(ctx, ns, "agent", true); err != nil {
-		t.Fatal(err)
-	}
-	p, err := env.cp.Client.CoreV1().Pods(ns).Get(ctx, "agent", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Status.PodIP, p.Status.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}}
-	if _, err := env.cp.Client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	agentPod(t, ns, "agent", map[string]string{"app": "e2e-bundle-rbac-agent"}, 9878)
 
 	reader, err := cluster.AccountKubeconfig(ctx, env.cp, repoPath("deploy/rbac/bundle-reader.yaml"), "e2e-bundle-reader")
 	if err != nil {
@@ -147,5 +130,86 @@ func TestBundleReaderRole(t *testing.T) {
 	}
 	if items["nodes"].Count == 0 || items["resourceslices"].Count == 0 {
 		t.Errorf("-n %s dropped cluster-scoped objects: nodes %+v, slices %+v", ns, items["nodes"], items["resourceslices"])
+	}
+}
+
+// agentPod creates a running pod of a node agent on gpu-node-1 whose metrics
+// port (named as the chart names it) is port, at 127.0.0.1 (no pod network
+// here).
+func agentPod(t *testing.T, ns, name string, labels map[string]string, port int32) {
+	t.Helper()
+	ctx := context.Background()
+	createPod(t, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: "gpu-node-1", Containers: []corev1.Container{{
+			Name: "node-agent", Image: "registry.example.com/dra-exporter-agent:dev",
+			Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: port}},
+		}}},
+	})
+	if err := env.kubelet.SetRunning(ctx, ns, name, true); err != nil {
+		t.Fatal(err)
+	}
+	p, err := env.cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.PodIP, p.Status.PodIPs = "127.0.0.1", []corev1.PodIP{{IP: "127.0.0.1"}}
+	if _, err := env.cp.Client.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBundleInClusterRecipe: docs/gates.md's in-cluster recipe runs bundle
+// in the exporter's pod, under the chart's ClusterRole, with the default
+// --agent.access (auto) and agent selector. In a pod (KUBERNETES_SERVICE_HOST
+// set, as the kubelet sets it) auto reads the agents by pod IP, which needs
+// no pods/proxy: the chart's ClusterRole then saves everything, the agent's
+// /metrics and its GPU inventory included. (kubectl exec itself, and the
+// in-cluster config's token, are the kubelet's and client-go's: here the
+// exporter's token comes from a kubeconfig.)
+func TestBundleInClusterRecipe(t *testing.T) {
+	requireCluster(t)
+	ns := namespace(t, "e2e-bundle-incluster")
+	page := "# TYPE dra_gpu_info gauge\n" +
+		`dra_gpu_info{node="gpu-node-1",gpu_uuid="GPU-e2e-incluster",product="NVIDIA H100 80GB HBM3",driver="gpu.nvidia.com",pool="gpu-node-1",device="gpu-0"} 1` + "\n"
+	agent, err := cluster.ServeStatic([]byte(page))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Stop()
+	_, port, _ := strings.Cut(agent.Addr, ":")
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentPod(t, ns, "agent", map[string]string{"app.kubernetes.io/name": "dra-exporter", "app.kubernetes.io/component": "node-agent"}, int32(n))
+
+	path := filepath.Join(t.TempDir(), "bundle.tar.gz")
+	cmd := exec.Command(env.exporter, "bundle", "-o", path, "--kubeconfig", env.kubeconfig)
+	cmd.Env = append(os.Environ(), "KUBERNETES_SERVICE_HOST=10.96.0.1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("bundle: %v\n%s", err, out)
+	}
+	files := readBundle(t, path)
+	var manifest struct{ Items []bundleItem }
+	if err := json.Unmarshal(files["manifest.json"], &manifest); err != nil {
+		t.Fatal(err)
+	}
+	saved := false
+	for _, it := range manifest.Items {
+		switch {
+		case it.What == "/metrics of node agent "+ns+"/agent":
+			saved = it.Error == "" && it.Count == 1
+		case strings.HasPrefix(it.What, "node agent "):
+			// other tests' agent pods, if any run: not this test's
+		case it.Error != "":
+			t.Errorf("%s failed under the chart's ClusterRole: %s", it.What, it.Error)
+		}
+	}
+	if !saved {
+		t.Errorf("the agent's /metrics were not saved by pod IP: %+v", manifest.Items)
+	}
+	if !strings.Contains(string(files[bundle.AgentsDir+"inventory.json"]), "GPU-e2e-incluster") {
+		t.Errorf("inventory.json lacks the agent's GPU:\n%s", files[bundle.AgentsDir+"inventory.json"])
 	}
 }
