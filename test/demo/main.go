@@ -41,6 +41,7 @@ func main() {
 	realNode := flag.Bool("real-node", true, "add a real node (kubelet, containerd, dra-example-driver) where the machine allows it")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
+	noRealNode := "--real-node=false"
 	if *realNode {
 		// Outside, RunWith re-executes the demo in the node's namespaces;
 		// inside, it prepares them and runs the demo there.
@@ -50,7 +51,7 @@ func main() {
 				log.Print("starting a real node (kubelet, containerd, dra-example-driver) in its own namespaces")
 			}
 			os.Exit(node.RunWith(node.RunOptions{Forward: true}, func(root string) int {
-				if err := run(*keep, *fastAlerts, root); err != nil {
+				if err := run(*keep, *fastAlerts, root, ""); err != nil {
 					log.Print(err)
 					return 1
 				}
@@ -58,8 +59,9 @@ func main() {
 			}))
 		}
 		log.Printf("no real node: %v; the simulated nodes run alone", err)
+		noRealNode = err.Error()
 	}
-	if err := run(*keep, *fastAlerts, ""); err != nil {
+	if err := run(*keep, *fastAlerts, "", noRealNode); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -84,8 +86,8 @@ func dashboardFiles() string {
 }
 
 // run runs the demo; root is the real node's folder when it runs inside
-// the node's namespaces, "" without a real node.
-func run(keep, fastAlerts bool, root string) error {
+// the node's namespaces, "" without a real node (noRealNode says why).
+func run(keep, fastAlerts bool, root, noRealNode string) error {
 	binDir, err := cluster.BinDir()
 	if err != nil {
 		return err
@@ -244,6 +246,10 @@ dra-exporter demo is running (Ctrl-C to stop)
 		fmt.Println("  (the gates examples need Prometheus: make tools builds it)")
 	}
 	fmt.Println()
+	if real == nil {
+		fmt.Printf("No real node (%s): the examples above are the simulated nodes'. As root, make demo adds a real node\n"+
+			"(kubelet, containerd, dra-example-driver) with its own passing and failing examples.\n\n", noRealNode)
+	}
 	if real != nil {
 		fmt.Printf("The real node %s (kubelet, containerd, dra-example-driver; logs in %s):\n", realNodeName, real.node.Dir)
 		examples := []example{

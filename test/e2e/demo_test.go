@@ -119,6 +119,9 @@ func TestDemoPrintedCommands(t *testing.T) {
 	if want := realNode == nil; sections["real node"] != want {
 		t.Errorf("the demo printed the real node's examples: %v; the machine runs a real node: %v (%v)", sections["real node"], want, realNode)
 	}
+	if realNode != nil && !strings.Contains(printed, "No real node (") {
+		t.Errorf("the machine runs no real node (%v), and the demo does not say so", realNode)
+	}
 	for section := range sections {
 		pass, fail := false, false
 		for _, e := range examples {
