@@ -174,7 +174,7 @@ test: ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a re
 
 .PHONY: test-lane-tools test-lane-unit
 test-lane-tools:
-	$(MAKE) --no-print-directory -j1 controlplane tools helm node-bins rollouts release-test
+	$(MAKE) --no-print-directory -j1 controlplane tools helm node-bins rollouts release-test registry
 
 test-lane-unit:
 	$(MAKE) --no-print-directory -j1 build node-packages lint test-race image-test

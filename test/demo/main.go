@@ -153,8 +153,15 @@ func run(keep, fastAlerts bool, root, noRealNode string) error {
 	if bin := os.Getenv(cluster.EnvPrometheus); bin != "" {
 		if _, err := os.Stat(bin); err == nil {
 			// The simulated GPUs have no dcgm-exporter: a recorded page of one
-			// feeds the GPU recording rules and dashboards.
-			dcgm, err := cluster.ServeStatic(cluster.DCGMExposition)
+			// feeds the GPU recording rules and dashboards, labelled as its
+			// DRA mode labels it from the demo's running pods.
+			dcgm, err := cluster.ServeFunc(func() ([]byte, error) {
+				holders, err := cluster.DRAHolders(ctx, cp.Client)
+				if err != nil {
+					return nil, err
+				}
+				return cluster.DCGMWithDRA(cluster.DCGMExposition, holders)
+			})
 			if err != nil {
 				return err
 			}
