@@ -33,7 +33,7 @@ func (gateCollector) SnapshotPure()        {}
 
 // StableUntil (engine.ClockBound): the leak collector's answer changes with
 // the clock only when an allocated, unreserved claim passes its grace
-// period.
+// period, or a pod in deletion passes its deadline by it.
 func (c leakCollector) StableUntil(s *index.Snapshot, now time.Time) time.Time {
 	return classify.LeaksChangeAt(s, now, c.grace)
 }
@@ -57,7 +57,9 @@ func (heldCollector) Reads() index.Kinds {
 func (laneCollector) Reads() index.Kinds { return capacityReads }
 func (*podCollector) Reads() index.Kinds { return index.KindsOf(index.KindPod, index.KindClass) }
 func (leakCollector) Reads() index.Kinds {
-	return index.DeviceKinds | index.KindsOf(index.KindPlacement) // a device's node
+	// a device's node; a deleted pod's containers stopping is a placement
+	// change (index.KindPlacement)
+	return index.DeviceKinds | index.KindsOf(index.KindPlacement)
 }
 
 // capacityReads are what the capacity families read: devices, nodes, and
