@@ -75,7 +75,7 @@ var errConnectionLost = errors.New("DCGM connection lost")
 // dcgmErr wraps a DCGM error with what was being done, and marks the
 // connection errors.
 func dcgmErr(what string, err error) error {
-	if dcgmCode(err) == StConnectionNotValid {
+	if dcgmStatus(err) == StConnectionNotValid {
 		return fmt.Errorf("%s: %w: %w", what, errConnectionLost, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
@@ -166,15 +166,17 @@ func (s *dcgmSession) supportedProfiling() ([]FieldID, GroupStatus) {
 	return want, st
 }
 
-// unwatchedReason classifies a failed profiling query or watch.
+// unwatchedReason classifies a failed profiling query or watch by its
+// DCGM status: GetSupportedMetricGroups carries a code, the watch's
+// plain text names it (dcgmStatus).
 func unwatchedReason(err error) string {
-	switch dcgmCode(err) {
+	switch dcgmStatus(err) {
 	case StNotSupported, StProfilingNotSupported, StModuleNotLoaded:
 		return ReasonUnsupported
 	case StNoPermission, StRequiresRoot:
 		return ReasonNoPermission
-	case StInUse:
-		return ReasonInUse
+	case StProfilingLibraryError:
+		return ReasonProfilingModule
 	}
 	return ReasonFailed
 }
@@ -245,7 +247,7 @@ func (s *dcgmSession) rewatch(h []MigHierarchyInfo) error {
 	}
 	// Wait for a first sample of every watched field (dcgmUpdateAllFields
 	// with wait=1), so that the first read is complete.
-	if err := s.lib.UpdateAllFields(); err != nil && dcgmCode(err) == StConnectionNotValid {
+	if err := s.lib.UpdateAllFields(); err != nil && dcgmStatus(err) == StConnectionNotValid {
 		return dcgmErr("dcgm update", err)
 	}
 	return nil
@@ -336,7 +338,7 @@ func instanceBasic() []FieldID {
 const profRetry = 5 * time.Minute
 
 func (s *dcgmSession) profilingFailed(err error) error {
-	if dcgmCode(err) == StConnectionNotValid {
+	if dcgmStatus(err) == StConnectionNotValid {
 		return dcgmErr("dcgm profiling watch", err)
 	}
 	reason := unwatchedReason(err)

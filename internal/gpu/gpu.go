@@ -41,16 +41,26 @@ const (
 	GroupProfiling = "profiling"
 )
 
-// Why a field group is not watched: a closed set.
+// Why a field group is not watched: a closed set, each told from what
+// go-dcgm returns (a status code, or DCGM's message in plain text).
 const (
-	ReasonUnsupported  = "unsupported"   // the GPUs or the source have no such fields (NVML has no profiling)
-	ReasonNoPermission = "no_permission" // DCGM refused: profiling needs CAP_SYS_ADMIN before Hopper
-	ReasonInUse        = "in_use"        // another DCGM client holds the profiling lock
-	ReasonFailed       = "failed"        // any other error
+	// The GPUs or the source have no such fields (NVML has no profiling;
+	// DCGM: NOT_SUPPORTED, PROFILING_NOT_SUPPORTED, MODULE_NOT_LOADED).
+	ReasonUnsupported = "unsupported"
+	// DCGM refused (REQUIRES_ROOT, NO_PERMISSION): before Hopper the host
+	// engine needs CAP_SYS_ADMIN to profile.
+	ReasonNoPermission = "no_permission"
+	// DCGM's profiling module failed (PROFILING_LIBRARY_ERROR, -37): on a
+	// GPU older than Hopper most often another DCGM (the GPU Operator's
+	// dcgm-exporter or nv-hostengine) holds its profiling hardware
+	// (DCGM#106, dcgm-exporter#148).
+	ReasonProfilingModule = "profiling_module_error"
+	// Any other error.
+	ReasonFailed = "failed"
 )
 
 // UnwatchedReasons lists the reasons of an unwatched field group.
-var UnwatchedReasons = []string{ReasonUnsupported, ReasonNoPermission, ReasonInUse, ReasonFailed}
+var UnwatchedReasons = []string{ReasonUnsupported, ReasonNoPermission, ReasonProfilingModule, ReasonFailed}
 
 // GroupStatus is whether a field group is watched; Reason says why not.
 type GroupStatus struct {

@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // The library boundary. DCGMLib and NVMLLib are the calls the agent makes
@@ -117,7 +118,10 @@ type FieldValue struct {
 // DCGM status codes (dcgm_structs.h dcgmReturn_t) the agent tells apart.
 const (
 	StOK                    = 0
+	StBadParam              = -1
 	StNotSupported          = -6
+	StInitError             = -7
+	StUninitialized         = -10
 	StTimeout               = -11
 	StNoData                = -14
 	StNotWatched            = -16
@@ -151,11 +155,53 @@ type DCGMError struct {
 
 func (e *DCGMError) Error() string { return fmt.Sprintf("%s (DCGM %d)", e.Msg, e.Code) }
 
-// dcgmCode returns the DCGM status of err, 0 when it carries none.
-func dcgmCode(err error) int {
+// dcgmTexts is DCGM's message of each status the agent tells apart, as
+// libdcgm's errorString() writes it (dcgmlib/src/dcgm_errors.c,
+// errorString). go-dcgm puts it in every error it returns, coded or not.
+var dcgmTexts = map[int]string{
+	StBadParam:              "Bad parameter passed to function",
+	StNotSupported:          "Feature not supported",
+	StInitError:             "DCGM initialization error",
+	StUninitialized:         "Object is in an undefined state",
+	StTimeout:               "Timeout",
+	StNoData:                "No data is available",
+	StNotWatched:            "Field is not being watched",
+	StNoPermission:          "No permission",
+	StGPUIsLost:             "GPU is lost",
+	StConnectionNotValid:    "Host engine connection invalid/disconnected",
+	StLibraryNotFound:       "DCGM library could not be found",
+	StRequiresRoot:          "Host engine is running as non-root",
+	StModuleNotLoaded:       "This request is serviced by a module of DCGM that is not currently loaded",
+	StInUse:                 "The requested operation could not be completed because the affected resource is in use",
+	StProfilingNotSupported: "Profiling is not supported for this group of GPUs or GPU",
+	StProfilingLibraryError: "The third-party Profiling module returned an unrecoverable error",
+}
+
+// DCGMErrorText is libdcgm's errorString(code) for the statuses the agent
+// tells apart, "" for the others.
+func DCGMErrorText(code int) string { return dcgmTexts[code] }
+
+// dcgmStatus returns the DCGM status an error of go-dcgm tells, 0 when it
+// tells none. Only GetSupportedDevices, GetDeviceInfo,
+// GetSupportedMetricGroups and EntitiesGetLatestValues return a coded
+// *dcgm.Error; the other calls (Init, the group and field group calls,
+// WatchFieldsWithGroupEx, UpdateAllFields, GetGPUInstanceHierarchy) return
+// plain text, "<what failed>: <errorString(status)>" (go-dcgm utils.go
+// ~58-64 and its callers: internal/gpu/gpufake/errors.go lists each), so
+// the status is read back from DCGM's message at the end of the text.
+func dcgmStatus(err error) int {
+	if err == nil {
+		return StOK
+	}
 	var de *DCGMError
 	if errors.As(err, &de) {
 		return de.Code
+	}
+	msg := err.Error()
+	for code, text := range dcgmTexts {
+		if msg == text || strings.HasSuffix(msg, ": "+text) {
+			return code
+		}
 	}
 	return 0
 }

@@ -81,7 +81,7 @@ func group(r *gpu.Reading, name string) gpu.GroupStatus {
 func TestProfilingFailureKeepsBasicFields(t *testing.T) {
 	for _, c := range []struct{ profiling, reason string }{
 		{"requires_root", gpu.ReasonNoPermission},
-		{"in_use", gpu.ReasonInUse},
+		{"held", gpu.ReasonProfilingModule},
 		{"unsupported", gpu.ReasonUnsupported},
 	} {
 		t.Run(c.profiling, func(t *testing.T) {
@@ -116,10 +116,28 @@ func TestProfilingFailureKeepsBasicFields(t *testing.T) {
 	}
 }
 
+// Hopper and later profile through GPM: neither another DCGM holding the
+// profiling hardware nor a host engine without root keeps them from it.
+func TestProfilingThroughGPM(t *testing.T) {
+	for _, mode := range []string{"held", "requires_root"} {
+		g := twoGPUs()
+		for i := range g {
+			g[i].Product = "NVIDIA H100 80GB HBM3"
+		}
+		m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Profiling: mode}, NVML: true, GPUs: g})
+		src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+		r := read(t, src)
+		if st := group(r, gpu.GroupProfiling); !st.Watched || entity(t, r, gpu0).Values[gpu.FieldProfGrEngine] != 0.5 {
+			t.Errorf("H100, profiling %s: %+v %v, want watched", mode, st, entity(t, r, gpu0).Values)
+		}
+		src.Close()
+	}
+}
+
 // Profiling is tried again later: the lock's holder may go away.
 func TestProfilingRetriedWhenTheLockIsFree(t *testing.T) {
 	clk := gpufake.NewClock(time.Time{})
-	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Profiling: "in_use"}, NVML: true, GPUs: twoGPUs(),
+	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Profiling: "held"}, NVML: true, GPUs: twoGPUs(),
 		Steps: []gpufake.Step{{DCGM: &gpufake.DCGMSpec{}}}})
 	src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(clk))
 	defer src.Close()

@@ -193,8 +193,6 @@ func (m *Machine) gpuByUUID(uuid string) (*GPUSpec, bool) {
 	return nil, false
 }
 
-func fmtErr(code int, msg string) error { return &gpu.DCGMError{Code: code, Msg: msg} }
-
 // Libraries returns both libraries of the machine.
 func (m *Machine) Libraries() (gpu.DCGMLib, gpu.NVMLLib) { return m.DCGM(), m.NVML() }
 

@@ -40,8 +40,9 @@ type Spec struct {
 type DCGMSpec struct {
 	// Profiling: "" (supported and free), "unsupported" (the GPUs have
 	// no profiling metric groups), "requires_root" (the host engine has
-	// no CAP_SYS_ADMIN and the GPU is older than Hopper), "in_use"
-	// (another DCGM client holds the profiling lock).
+	// no CAP_SYS_ADMIN: fails on GPUs older than Hopper), "held"
+	// (another DCGM client holds the profiling hardware: fails on GPUs
+	// older than Hopper, -37).
 	Profiling string `json:"profiling,omitempty"`
 	// Down: nv-hostengine does not accept connections (not started yet,
 	// restarting); embedded, DCGM cannot start.
@@ -154,15 +155,18 @@ func (s *Spec) validate() error {
 		if err := check(st.GPUs); err != nil {
 			return fmt.Errorf("step %d: %w", i+1, err)
 		}
-		if st.DCGM != nil && !slices.Contains([]string{"", "unsupported", "requires_root", "in_use"}, st.DCGM.Profiling) {
+		if st.DCGM != nil && !slices.Contains(profilingModes, st.DCGM.Profiling) {
 			return fmt.Errorf("step %d: dcgm.profiling %q", i+1, st.DCGM.Profiling)
 		}
 	}
-	if s.DCGM != nil && !slices.Contains([]string{"", "unsupported", "requires_root", "in_use"}, s.DCGM.Profiling) {
+	if s.DCGM != nil && !slices.Contains(profilingModes, s.DCGM.Profiling) {
 		return fmt.Errorf("dcgm.profiling %q", s.DCGM.Profiling)
 	}
 	return nil
 }
+
+// profilingModes are the values of DCGMSpec.Profiling.
+var profilingModes = []string{"", "unsupported", "requires_root", "held"}
 
 // fieldNames rejects an unknown field name, so that a typo cannot
 // silently drop a series.
