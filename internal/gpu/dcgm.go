@@ -90,7 +90,7 @@ func openDCGMSession(lib DCGMLib, nvml NVMLLib, opts Options) (session, error) {
 		return nil, fmt.Errorf("dcgm init: %w", err)
 	}
 	s := &dcgmSession{lib: lib, cleanup: cleanup, opts: opts}
-	if s.nv, err = openNVML(nvml); err != nil {
+	if s.nv, err = openNVML(nvml, opts); err != nil {
 		opts.logger().Warn("DCGM serves without NVML", "err", err, "effect", errNoNVML.Error())
 		s.nv = nil
 	}
@@ -406,6 +406,18 @@ func (s *dcgmSession) read() (*Reading, error) {
 		e := s.gpuEntity(g, gpuValues[g.id])
 		r.Entities = append(r.Entities, e)
 		byGPU[g.id] = &r.Entities[len(r.Entities)-1]
+	}
+	if s.nv != nil {
+		// DCGM lists only the GPUs it can use; one NVML counts but
+		// cannot open is reported lost under its known UUID.
+		r.Entities = append(r.Entities, s.nv.unusableEntities(func(uuid string) bool {
+			for _, g := range s.gpus {
+				if g.uuid == uuid {
+					return true
+				}
+			}
+			return false
+		})...)
 	}
 	if len(s.instances) > 0 {
 		pairs := make([]EntityPair, len(s.instances))

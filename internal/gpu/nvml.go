@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // nvmlView reads what NVML says of the node: the GPUs, their MIG instances
@@ -14,6 +15,8 @@ import (
 type nvmlView struct {
 	lib  NVMLLib
 	gpus []*nvmlGPU
+	// unusable are the GPUs NVML counts but cannot open or identify.
+	unusable []unusableGPU
 	// profiles caches the GPU instance profile table of each GPU (static).
 	profiles map[string][]GpuInstanceProfileInfo
 	// named caches each MIG instance's profile and placement by its UUID
@@ -44,8 +47,60 @@ type migName struct {
 	placement int
 }
 
-// openNVML initialises NVML and lists its GPUs.
-func openNVML(lib NVMLLib) (*nvmlView, error) {
+// unusableGPU is a GPU NVML counts whose handle or UUID it cannot give:
+// nvmlDeviceGetCount_v2 counts devices whose nvmlDeviceGetHandleByIndex_v2
+// then answers NO_PERMISSION or GPU_IS_LOST, and the header asks callers
+// to handle it (go-nvml v0.13.4-1 nvml.h:5081-5086, :5137-5142, :5160,
+// :5162). It is reported lost under the UUID an earlier session of the
+// same source read at its index; without one it cannot be named and is
+// only logged.
+type unusableGPU struct {
+	index int
+	ret   NVMLReturn
+	known
+}
+
+// known is what an earlier session read of the GPU at an NVML index.
+type known struct {
+	uuid, name string
+	minor      int
+}
+
+// knownGPUs remembers, for one source across its sessions, each NVML
+// index's GPU: a GPU that falls off the bus and is then opened again (a
+// reconnect) is still named.
+type knownGPUs struct {
+	mu      sync.Mutex
+	byIndex map[int]known
+}
+
+func (k *knownGPUs) get(i int) known {
+	if k == nil {
+		return known{minor: -1}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if g, ok := k.byIndex[i]; ok {
+		return g
+	}
+	return known{minor: -1}
+}
+
+func (k *knownGPUs) set(i int, g known) {
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.byIndex == nil {
+		k.byIndex = map[int]known{}
+	}
+	k.byIndex[i] = g
+}
+
+// openNVML initialises NVML and lists its GPUs. A GPU it counts but cannot
+// open leaves the others served (unusable).
+func openNVML(lib NVMLLib, opts Options) (*nvmlView, error) {
 	if lib == nil {
 		return nil, fmt.Errorf("nvml: %w", ErrUnavailable)
 	}
@@ -60,22 +115,38 @@ func openNVML(lib NVMLLib) (*nvmlView, error) {
 	}
 	for i := range n {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
+		var uuid string
+		if ret == NVMLSuccess {
+			uuid, ret = dev.GetUUID()
+		}
 		if ret != NVMLSuccess {
-			lib.Shutdown()
-			return nil, fmt.Errorf("nvml device %d: %w", i, ret)
+			u := unusableGPU{index: i, ret: ret, known: opts.known.get(i)}
+			opts.logger().Warn("NVML counts a GPU it cannot open; the other GPUs are served", "index", i, "ret", ret.String(), "uuid", u.uuid)
+			v.unusable = append(v.unusable, u)
+			continue
 		}
-		g := &nvmlGPU{dev: dev, index: i, minor: -1}
-		if g.uuid, ret = dev.GetUUID(); ret != NVMLSuccess {
-			lib.Shutdown()
-			return nil, fmt.Errorf("nvml device %d uuid: %w", i, ret)
-		}
+		g := &nvmlGPU{dev: dev, uuid: uuid, index: i, minor: -1}
 		g.name, _ = dev.GetName()
 		if m, ret := dev.GetMinorNumber(); ret == NVMLSuccess {
 			g.minor = m
 		}
+		opts.known.set(i, known{uuid: g.uuid, name: g.name, minor: g.minor})
 		v.gpus = append(v.gpus, g)
 	}
 	return v, nil
+}
+
+// unusableEntities are the unusable GPUs that can be named: lost, no
+// value.
+func (v *nvmlView) unusableEntities(skip func(uuid string) bool) []Entity {
+	var out []Entity
+	for _, u := range v.unusable {
+		if u.uuid == "" || (skip != nil && skip(u.uuid)) {
+			continue
+		}
+		out = append(out, Entity{UUID: u.uuid, Product: u.name, Index: u.index, Minor: u.minor, Values: map[FieldID]float64{}, Lost: true})
+	}
+	return out
 }
 
 func (v *nvmlView) close() { v.lib.Shutdown() }
@@ -229,7 +300,7 @@ type nvmlSession struct {
 }
 
 func openNVMLSession(lib NVMLLib, opts Options) (session, error) {
-	v, err := openNVML(lib)
+	v, err := openNVML(lib, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -292,6 +363,7 @@ func (s *nvmlSession) read() (*Reading, error) {
 			r.Entities = append(r.Entities, me)
 		}
 	}
+	r.Entities = append(r.Entities, v.unusableEntities(nil)...)
 	return r, nil
 }
 

@@ -34,6 +34,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock of the reconnect backoff (tests).
 	Now func() time.Time
+	// known remembers the GPUs one source's sessions read (set by the
+	// constructors).
+	known *knownGPUs
 }
 
 func (o Options) logger() *slog.Logger {
@@ -79,11 +82,13 @@ type candidate struct {
 // NewDCGM returns the DCGM source on these libraries (nvml may be nil:
 // then MIG instances have no UUID and no process is listed).
 func NewDCGM(dcgm DCGMLib, nvml NVMLLib, opts Options) *Supervised {
+	opts.known = &knownGPUs{}
 	return newSupervised(SourceDCGM, opts, candidate{SourceDCGM, func() (session, error) { return openDCGMSession(dcgm, nvml, opts) }})
 }
 
 // NewNVML returns the NVML source: the basic fields from NVML alone.
 func NewNVML(nvml NVMLLib, opts Options) *Supervised {
+	opts.known = &knownGPUs{}
 	return newSupervised(SourceNVML, opts, candidate{SourceNVML, func() (session, error) { return openNVMLSession(nvml, opts) }})
 }
 
@@ -91,6 +96,7 @@ func NewNVML(nvml NVMLLib, opts Options) *Supervised {
 // needs it) and NVML where it does not; while NVML serves, DCGM is tried
 // again from time to time.
 func NewAuto(dcgm DCGMLib, nvml NVMLLib, opts Options) *Supervised {
+	opts.known = &knownGPUs{}
 	return newSupervised(SourceAuto, opts,
 		candidate{SourceDCGM, func() (session, error) { return openDCGMSession(dcgm, nvml, opts) }},
 		candidate{SourceNVML, func() (session, error) { return openNVMLSession(nvml, opts) }})

@@ -393,6 +393,53 @@ func TestLostGPU(t *testing.T) {
 	}
 }
 
+// One GPU NVML counts but cannot open (NO_PERMISSION on its handle, or
+// GPU_IS_LOST) leaves the other GPUs served; one an earlier session named
+// is reported lost under its UUID after the source opens again.
+func TestOneBadGPU(t *testing.T) {
+	for _, source := range []string{gpu.SourceDCGM, gpu.SourceNVML} {
+		t.Run(source+"/no_permission", func(t *testing.T) {
+			g := twoGPUs()
+			g[1].NoPermission = true
+			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: g})
+			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			if source == gpu.SourceNVML {
+				src = gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			}
+			defer src.Close()
+			r := read(t, src)
+			if e := entity(t, r, gpu0); e.Lost || e.Values[gpu.FieldGPUUtil] != 87 {
+				t.Errorf("the healthy GPU: %+v", e)
+			}
+			for _, e := range r.Entities {
+				if e.UUID == gpu1 || e.UUID == "" {
+					t.Errorf("a GPU nobody could name reported: %+v", e)
+				}
+			}
+		})
+	}
+	t.Run("dcgm/lost_then_reconnect", func(t *testing.T) {
+		lost := twoGPUs()
+		lost[1].Lost = true
+		m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: twoGPUs(), Steps: []gpufake.Step{
+			{Comment: "GPU 1 falls off the bus; nv-hostengine restarts", GPUs: lost, RestartHostEngine: true}}})
+		src := gpu.NewDCGM(m.DCGM(), m.NVML(), gpu.Options{HostEngine: "nvidia-dcgm:5555", Now: gpufake.NewClock(time.Time{}).Now, Timeout: 2 * time.Second})
+		defer src.Close()
+		read(t, src)
+		m.Step()
+		if _, err := src.Read(context.Background()); err == nil {
+			t.Fatal("read on the lost connection: want an error")
+		}
+		r := read(t, src)
+		if e := entity(t, r, gpu0); e.Lost || e.Values[gpu.FieldGPUUtil] != 87 {
+			t.Errorf("the healthy GPU: %+v", e)
+		}
+		if e := entity(t, r, gpu1); !e.Lost || len(e.Values) != 0 {
+			t.Errorf("the lost GPU: %+v, want lost without values", e)
+		}
+	})
+}
+
 // NVML serves where DCGM cannot start; DCGM takes over once it can.
 func TestAutoPrefersDCGM(t *testing.T) {
 	clk := gpufake.NewClock(time.Time{})

@@ -84,7 +84,7 @@ var (
 		"A GPU or MIG instance of the node, with the ResourceSlice device that publishes it."+docSep+"From the GPU source or the node's ResourceSlices. Always 1.",
 		"node", "gpu_uuid", "parent_gpu_uuid", "product", "driver", "pool", "device")
 	gpuLost = collector.NewDef("dra_gpu_lost", collector.TypeGauge,
-		"Whether the GPU source reports the GPU (or a MIG instance's GPU) lost, fallen off the bus (1), or not (0)."+docSep+"A lost GPU (XID 79) answers no field: its telemetry families are absent while this reads 1 and the source is up. Needs a node reboot or a GPU reset.",
+		"Whether the GPU source reports the GPU (or a MIG instance's GPU) lost, fallen off the bus (1), or not (0)."+docSep+"A lost GPU (XID 79) answers no field: its telemetry families are absent while this reads 1 and the source is up. Needs a node reboot or a GPU reset. Also 1 for a GPU that NVML counts but can no longer open (GPU_IS_LOST or NO_PERMISSION on its handle), under the UUID the agent read before; the node's other GPUs are served. One the agent never named is only logged.",
 		gpuLabels...)
 	gpuHolderInfo = collector.NewDef("dra_gpu_holder_info", collector.TypeGauge,
 		"A pod holding a GPU or MIG instance, in the dra, dra-extended or device-plugin lane."+docSep+"In the dra lane through a claim (what the kubelet prepared, or the claim allocations when the kubelet does not report DRA), in the device-plugin lane through the kubelet's device assignment (--device-plugin.resources; time-sliced and MPS replicas GPU-<uuid>::<n> and nvidia<minor> IDs name their GPU). Always 1.",

@@ -103,8 +103,14 @@ func (l dcgmLib) GetSupportedDevices() ([]uint, error) {
 	if err != nil {
 		return nil, err
 	}
+	// dcgmGetAllSupportedDevices lists the active GPUs only
+	// (DcgmCacheManager::GetGpuIds with activeOnly): not one lost, nor one
+	// the host engine cannot open.
 	var ids []uint
 	for _, g := range l.m.spec.GPUs {
+		if g.Lost || g.NoPermission {
+			continue
+		}
 		ids = append(ids, uint(g.Index))
 	}
 	return ids, nil

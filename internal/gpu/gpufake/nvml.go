@@ -49,6 +49,8 @@ func (l nvmlLib) Shutdown() gpu.NVMLReturn {
 	return gpu.NVMLSuccess
 }
 
+// DeviceGetCount is nvmlDeviceGetCount_v2: it counts every GPU, those the
+// caller cannot open included (nvml.h:5081-5086).
 func (l nvmlLib) DeviceGetCount() (int, gpu.NVMLReturn) {
 	unlock, ret := l.call("nvmlDeviceGetCount")
 	defer unlock()
@@ -58,6 +60,9 @@ func (l nvmlLib) DeviceGetCount() (int, gpu.NVMLReturn) {
 	return len(l.m.spec.GPUs), gpu.NVMLSuccess
 }
 
+// DeviceGetHandleByIndex is nvmlDeviceGetHandleByIndex_v2: NO_PERMISSION
+// for a GPU the caller may not talk to, GPU_IS_LOST for one fallen off the
+// bus (nvml.h:5160, :5162).
 func (l nvmlLib) DeviceGetHandleByIndex(i int) (gpu.NVMLDevice, gpu.NVMLReturn) {
 	unlock, ret := l.call("nvmlDeviceGetHandleByIndex")
 	defer unlock()
@@ -66,6 +71,9 @@ func (l nvmlLib) DeviceGetHandleByIndex(i int) (gpu.NVMLDevice, gpu.NVMLReturn) 
 	}
 	for _, g := range l.m.spec.GPUs {
 		if g.Index == i {
+			if g.NoPermission {
+				return nil, gpu.NVMLNoPermission
+			}
 			if g.Lost {
 				return nil, gpu.NVMLGPUIsLost
 			}

@@ -69,6 +69,10 @@ type GPUSpec struct {
 	MIG        []MIGSpec `json:"mig,omitempty"`
 	// Lost: the GPU fell off the bus (XID 79).
 	Lost bool `json:"lost,omitempty"`
+	// NoPermission: the caller may not open the GPU (its device file is
+	// not accessible): NVML counts it but its handle answers
+	// NO_PERMISSION.
+	NoPermission bool `json:"no_permission,omitempty"`
 }
 
 // MIGSpec is one GPU instance (with one compute instance).
