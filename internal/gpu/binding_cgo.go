@@ -147,7 +147,7 @@ func (dcgmBinding) EntitiesGetLatestValues(entities []EntityPair, ids []FieldID,
 	}
 	out := make([]FieldValue, len(values))
 	for i, v := range values {
-		fv := FieldValue{Entity: EntityPair{Group: EntityGroup(v.EntityGroupId), ID: v.EntityID}, FieldID: FieldID(v.FieldID), Type: byte(v.FieldType), Status: v.Status}
+		fv := FieldValue{Entity: EntityPair{Group: EntityGroup(v.EntityGroupId), ID: v.EntityID}, FieldID: FieldID(v.FieldID), Type: byte(v.FieldType), Status: v.Status, TS: v.TS}
 		switch fv.Type {
 		case FieldTypeInt64:
 			fv.Int64 = v.Int64()

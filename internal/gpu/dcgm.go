@@ -31,6 +31,15 @@ type dcgmSession struct {
 
 	gpus      []dcgmGPU
 	instances []dcgmInstance
+	// computes maps each compute-instance entity to its GPU-instance
+	// entity: DCGM records an XID that carries compute-instance and
+	// GPU-instance IDs on the compute instance, one that carries a
+	// GPU-instance ID only on the GPU instance, and only one that
+	// carries neither on the GPU (DcgmCacheManager.cpp:7874-7893,
+	// RecordXidForComputeInstance :7556-7591, RecordXidForGpuInstance
+	// :7594-7625); XID's entity level is the compute instance
+	// (dcgm_fields.cpp:2323-2331), so it is the instance's own.
+	computes map[uint]uint
 	// hierarchy identifies the GPU-instance hierarchy the watches were
 	// set up for: DCGM renumbers GPU-instance entities on every MIG
 	// reconfiguration (DcgmCacheManager.cpp ~943), so a change means new
@@ -208,9 +217,14 @@ func (s *dcgmSession) rewatch(h []MigHierarchyInfo) error {
 	s.unwatch()
 	s.hierarchy = hierarchyKey(h)
 	s.instances = s.instances[:0]
+	s.computes = map[uint]uint{}
 	for _, e := range h {
+		if e.Entity.Group == EntityGPUCompute && e.Parent.Group == EntityGPUInstance {
+			s.computes[e.Entity.ID] = e.Parent.ID
+			continue
+		}
 		if e.Entity.Group != EntityGPUInstance || e.Parent.Group != EntityGPU {
-			continue // compute instances carry nothing of their own here
+			continue
 		}
 		s.instances = append(s.instances, dcgmInstance{entity: e.Entity.ID, gpuID: e.Parent.ID, parentUUID: e.ParentUUID, nvmlInstanceID: e.NvmlInstanceID})
 	}
@@ -238,6 +252,20 @@ func (s *dcgmSession) rewatch(h []MigHierarchyInfo) error {
 		}
 		s.instFields = instanceBasic()
 		s.nameInstances()
+	}
+	if len(s.computes) > 0 {
+		ids := make([]uint, 0, len(s.computes))
+		for ci := range s.computes {
+			ids = append(ids, ci)
+		}
+		slices.Sort(ids)
+		g, err := s.newGroup("dra-exporter-compute-instances-"+stamp, EntityGPUCompute, ids)
+		if err != nil {
+			return err
+		}
+		if err := s.watch("dra-exporter-compute-xid-"+stamp, []FieldID{FieldXIDErrors}, g); err != nil {
+			return err
+		}
 	}
 	s.profStatus.Watched = false
 	if len(s.profFields) > 0 {
@@ -428,6 +456,9 @@ func (s *dcgmSession) read() (*Reading, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := s.computeXIDs(instValues); err != nil {
+			return nil, err
+		}
 		for _, in := range s.instances {
 			parent := byGPU[in.gpuID]
 			if parent == nil {
@@ -439,6 +470,28 @@ func (s *dcgmSession) read() (*Reading, error) {
 		}
 	}
 	return r, nil
+}
+
+// computeXIDs adds the last XID of each GPU instance's compute instances to
+// the instance's values, keyed by the GPU-instance entity: fill keeps the
+// latest of them.
+func (s *dcgmSession) computeXIDs(instValues map[uint][]FieldValue) error {
+	if len(s.computes) == 0 {
+		return nil
+	}
+	pairs := make([]EntityPair, 0, len(s.computes))
+	for ci := range s.computes {
+		pairs = append(pairs, EntityPair{Group: EntityGPUCompute, ID: ci})
+	}
+	values, err := s.values(pairs, []FieldID{FieldXIDErrors})
+	if err != nil {
+		return err
+	}
+	for ci, vs := range values {
+		gi := s.computes[ci]
+		instValues[gi] = append(instValues[gi], vs...)
+	}
+	return nil
 }
 
 // values reads the latest value of fields for entities, by entity ID.
@@ -516,6 +569,9 @@ func (s *dcgmSession) instanceEntity(in dcgmInstance, parent *Entity, values []F
 // is what 0 says. Board fields are never stored on an instance.
 func (s *dcgmSession) fill(e *Entity, values []FieldValue, gpu bool) bool {
 	any := false
+	// An instance's XID comes from its GPU-instance entity and each of
+	// its compute instances: the latest sample wins.
+	var xidTS int64 = -1
 	for _, v := range values {
 		f, ok := FieldByID(v.FieldID)
 		if !ok || (!gpu && !f.Instance) {
@@ -526,11 +582,17 @@ func (s *dcgmSession) fill(e *Entity, values []FieldValue, gpu bool) bool {
 			e.Raw = append(e.Raw, rawOf(f, v))
 		}
 		if present {
+			if f.ID == FieldXIDErrors {
+				if v.TS < xidTS {
+					continue
+				}
+				xidTS = v.TS
+			}
 			e.Values[f.ID] = x
 			any = true
 			continue
 		}
-		if f.ID == FieldXIDErrors && (v.Status == StNoData || (v.Status == StOK && v.Int64 == Int64Blank)) {
+		if _, seen := e.Values[f.ID]; f.ID == FieldXIDErrors && !seen && (v.Status == StNoData || (v.Status == StOK && v.Int64 == Int64Blank)) {
 			e.Values[f.ID] = 0
 		}
 	}

@@ -109,7 +109,9 @@ type FieldValue struct {
 	FieldID FieldID
 	Type    byte
 	// Status is a dcgmReturn_t: 0, or why the value is blank.
-	Status  int
+	Status int
+	// TS is the sample's time (microseconds since the epoch).
+	TS      int64
 	Int64   int64
 	Float64 float64
 	String  string

@@ -359,6 +359,14 @@ func (s *nvmlSession) read() (*Reading, error) {
 				MIG: &MIGInstance{GPUInstanceID: m.gi, Profile: m.profile, PlacementStart: m.placement}, Values: map[FieldID]float64{}, Lost: e.Lost}
 			mrec := recorder{raw: s.raw, e: &me}
 			mrec.memory(m.dev)
+			// An instance's XIDs reach privileged callers only
+			// (nvml.h:10733-10735): without privileges its last XID
+			// is unknown, not 0.
+			if code, ok := xids[instanceKey(g.uuid, m.gi)]; ok {
+				mrec.value(FieldXIDErrors, "nvmlEventSetWait", NVMLSuccess, float64(code))
+			} else if _, registered := xids[g.uuid]; registered && v.privileged {
+				mrec.value(FieldXIDErrors, "nvmlEventSetWait", NVMLSuccess, 0)
+			}
 			me.Processes, _ = processes(m.dev)
 			r.Entities = append(r.Entities, me)
 		}
@@ -445,12 +453,28 @@ func (w *xidWatch) drain() map[string]uint64 {
 		if ev.EventType&NVMLEventTypeXidCriticalError == 0 || ev.Device == nil {
 			continue
 		}
-		if uuid, r := ev.Device.GetUUID(); r == NVMLSuccess {
-			w.last[uuid] = ev.EventData
+		uuid, r := ev.Device.GetUUID()
+		if r != NVMLSuccess {
+			continue
 		}
+		// An event attributable to a MIG instance carries its GPU
+		// instance ID, 0xFFFFFFFF otherwise (nvml.h:3497-3502): it is
+		// the instance's, not the whole GPU's.
+		if ev.GpuInstanceId != nvmlNoInstance {
+			w.last[instanceKey(uuid, int(ev.GpuInstanceId))] = ev.EventData
+			continue
+		}
+		w.last[uuid] = ev.EventData
 	}
 	return w.last
 }
+
+// nvmlNoInstance is the GPU instance ID of an event that is not an
+// instance's (nvml.h:3497-3499).
+const nvmlNoInstance = 0xFFFFFFFF
+
+// instanceKey keys a MIG instance's last XID by its GPU and GPU instance.
+func instanceKey(gpuUUID string, gi int) string { return gpuUUID + "/" + strconv.Itoa(gi) }
 
 func (w *xidWatch) stop() {
 	if w.set != nil {

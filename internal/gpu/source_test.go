@@ -289,6 +289,48 @@ func TestLastXID(t *testing.T) {
 	}
 }
 
+// A MIG instance's XID is the instance's: DCGM stores it on the compute
+// instance, NVML reports it with the GPU instance ID (to privileged
+// callers only). The GPU's last XID stays 0; the instance reads the code.
+func TestMIGInstanceXID(t *testing.T) {
+	for _, c := range []struct {
+		source     string
+		privileged bool
+	}{{gpu.SourceDCGM, false}, {gpu.SourceNVML, true}, {gpu.SourceNVML, false}} {
+		t.Run(fmt.Sprintf("%s/privileged=%v", c.source, c.privileged), func(t *testing.T) {
+			a := gpufake.MIGSpec{UUID: migA, GI: 3, Profile: "1g.10gb", Fields: instanceFields(1000, 0.1)}
+			b := gpufake.MIGSpec{UUID: migB, GI: 4, Profile: "1g.10gb", Placement: 1, Fields: instanceFields(1000, 0.1)}
+			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Address: "nvidia-dcgm:5555"}, NVML: true, Privileged: c.privileged,
+				GPUs: []gpufake.GPUSpec{migGPU(a, b)}, Steps: []gpufake.Step{{XIDs: []gpufake.XID{{UUID: migB, Code: 43}}}}})
+			o := opts(gpufake.NewClock(time.Time{}))
+			o.HostEngine = "nvidia-dcgm:5555"
+			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), o)
+			if c.source == gpu.SourceNVML {
+				src = gpu.NewNVML(m.NVML(), o)
+			}
+			defer src.Close()
+			read(t, src)
+			m.Step()
+			r := read(t, src)
+			if x := entity(t, r, gpu0).Values[gpu.FieldXIDErrors]; x != 0 {
+				t.Errorf("the GPU's last XID %v, want 0 (the XID is the instance's)", x)
+			}
+			x, ok := entity(t, r, migB).Values[gpu.FieldXIDErrors]
+			switch {
+			case c.source == gpu.SourceNVML && !c.privileged:
+				if ok {
+					t.Errorf("unprivileged NVML: instance XID %v, want none (NVML does not report it)", x)
+				}
+			case x != 43:
+				t.Errorf("instance B's last XID %v (present %v), want 43", x, ok)
+			}
+			if x := entity(t, r, migA).Values[gpu.FieldXIDErrors]; x != 0 {
+				t.Errorf("instance A's last XID %v, want 0", x)
+			}
+		})
+	}
+}
+
 // Defect 7: MIG profile names are the driver's (+me, its memory rounding),
 // found without NVML's privileged calls; placements need them.
 func TestProfileNames(t *testing.T) {

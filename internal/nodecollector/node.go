@@ -64,7 +64,7 @@ var gpuFamilies = []gpuFamily{
 	newGPUFamily(gpu.FieldSMClock, "dra_gpu_sm_clock_hertz", collector.TypeGauge,
 		"Streaming multiprocessor clock, in hertz."),
 	newGPUFamily(gpu.FieldXIDErrors, "dra_gpu_last_xid_error", collector.TypeGauge,
-		"Code of the last XID error the driver reported for the GPU (0: none yet). None since DCGM started watching the GPU, or with NVML since the agent started."),
+		"Code of the last XID error the driver reported for the GPU or MIG instance (0: none yet). None since DCGM started watching the GPU, or with NVML since the agent started; a MIG instance's XIDs are its own (with NVML, to a privileged agent only), the GPU's those of the whole device."),
 	newGPUFamily(gpu.FieldECCSBEVolTotal, "dra_gpu_ecc_single_bit_errors_total", collector.TypeCounter,
 		"Single-bit (corrected) ECC errors since the driver loaded."),
 	newGPUFamily(gpu.FieldECCDBEVolTotal, "dra_gpu_ecc_double_bit_errors_total", collector.TypeCounter,

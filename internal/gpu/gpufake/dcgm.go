@@ -2,6 +2,7 @@ package gpufake
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/dra-exporter/dra-exporter/internal/gpu"
@@ -254,7 +255,9 @@ func (m *Machine) entityExists(e gpu.EntityPair) bool {
 	case gpu.EntityGPU:
 		_, ok := m.gpuByID(e.ID)
 		return ok
-	case gpu.EntityGPUInstance:
+	case gpu.EntityGPUInstance, gpu.EntityGPUCompute:
+		// A GPU instance and its one compute instance share their
+		// enumeration number (DcgmCacheManager.cpp ~943, ~978).
 		_, _, ok := m.instanceByEntity(e.ID)
 		return ok
 	}
@@ -455,12 +458,24 @@ func (m *Machine) latest(c *conn, e gpu.EntityPair, id gpu.FieldID, live bool) g
 			return blank(e, id, gpu.StBadParam)
 		}
 		fields = g.Fields
-	case gpu.EntityGPUInstance:
+	case gpu.EntityGPUInstance, gpu.EntityGPUCompute:
 		pg, in, ok := m.instanceByEntity(e.ID)
 		if !ok {
 			return blank(e, id, stInstanceNotFound)
 		}
 		g = pg
+		if id == gpu.FieldXIDErrors {
+			// An XID that carries the instance's GPU- and
+			// compute-instance IDs is stored on the compute
+			// instance (DcgmCacheManager.cpp:7885-7888, :7556-7591);
+			// the fake's instance XIDs all do.
+			if e.Group == gpu.EntityGPUCompute {
+				fields = in.spec.Fields
+			} else {
+				fields = nil
+			}
+			break
+		}
 		if id == gpu.FieldName {
 			if live {
 				return gpu.FieldValue{Entity: e, FieldID: id, Type: gpu.FieldTypeString, Status: gpu.StOK, String: dcgmProfileName(in.profile)}
@@ -490,5 +505,19 @@ func (m *Machine) latest(c *conn, e gpu.EntityPair, id gpu.FieldID, live bool) g
 	if !ok {
 		return blank(e, id, gpu.StNoData)
 	}
-	return sample(e, id, x)
+	v := sample(e, id, x)
+	v.TS = int64(m.step)
+	if id == gpu.FieldXIDErrors {
+		v.TS = m.xidAt[xidKey(g, e)]
+	}
+	return v
+}
+
+// xidKey names the entity an XID sample belongs to: the GPU, or the
+// instance of a GPU-instance or compute-instance entity.
+func xidKey(g *GPUSpec, e gpu.EntityPair) string {
+	if e.Group == gpu.EntityGPU {
+		return g.UUID
+	}
+	return fmt.Sprintf("%s/%d", g.UUID, e.ID%maxMigDevices)
 }

@@ -431,8 +431,11 @@ type eventSet struct {
 }
 
 // Wait returns the next queued XID event of a registered device or, once
-// timeoutMs passed without one, TIMEOUT (nvml.h ~10725-10753). The fake's
-// events are queued by the steps, so it never needs to wait.
+// timeoutMs passed without one, TIMEOUT (nvml.h:10725-10753). The fake's
+// events are queued by the steps, so it never needs to wait. In MIG mode
+// an event attributable to an instance carries its GPU instance ID and is
+// reported to privileged callers only; others see only the events that
+// affect the whole device (nvml.h:10733-10735, :3497-3502).
 func (e *eventSet) Wait(uint32) (gpu.EventData, gpu.NVMLReturn) {
 	e.m.enter("nvmlEventSetWait")
 	e.m.mu.Lock()
@@ -440,9 +443,14 @@ func (e *eventSet) Wait(uint32) (gpu.EventData, gpu.NVMLReturn) {
 	for e.seen < len(e.m.events) {
 		ev := e.m.events[e.seen]
 		e.seen++
-		if e.registered[ev.uuid] {
-			return gpu.EventData{Device: &device{m: e.m, uuid: ev.uuid}, EventType: gpu.NVMLEventTypeXidCriticalError, EventData: ev.code}, gpu.NVMLSuccess
+		if !e.registered[ev.uuid] || (ev.gi >= 0 && !e.m.spec.Privileged) {
+			continue
 		}
+		gi := uint32(0xFFFFFFFF)
+		if ev.gi >= 0 {
+			gi = uint32(ev.gi)
+		}
+		return gpu.EventData{Device: &device{m: e.m, uuid: ev.uuid}, EventType: gpu.NVMLEventTypeXidCriticalError, EventData: ev.code, GpuInstanceId: gi}, gpu.NVMLSuccess
 	}
 	return gpu.EventData{}, gpu.NVMLTimeout
 }
