@@ -96,6 +96,9 @@ func openDCGMSession(lib DCGMLib, nvml NVMLLib, opts Options) (session, error) {
 	}
 	cleanup, err := lib.Init(opts.HostEngine)
 	if err != nil {
+		if opts.HostEngine == "" && dcgmStatus(err) == StInitError && nvmlHasMIG(nvml, opts) {
+			return nil, fmt.Errorf("dcgm init: %w: %w", errEmbeddedMIG, err)
+		}
 		return nil, fmt.Errorf("dcgm init: %w", err)
 	}
 	s := &dcgmSession{lib: lib, cleanup: cleanup, opts: opts}
@@ -108,6 +111,22 @@ func openDCGMSession(lib DCGMLib, nvml NVMLLib, opts Options) (session, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// nvmlHasMIG reports whether NVML sees a GPU with MIG mode on (any caller
+// may read the mode).
+func nvmlHasMIG(lib NVMLLib, opts Options) bool {
+	v, err := openNVML(lib, opts)
+	if err != nil {
+		return false
+	}
+	defer v.close()
+	for _, g := range v.gpus {
+		if current, _, ret := g.dev.GetMigMode(); ret == NVMLSuccess && current == nvmlDeviceMigEnable {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *dcgmSession) name() string { return SourceDCGM }

@@ -18,6 +18,15 @@ func opts(c *clock) gpu.Options {
 	return gpu.Options{Now: c.Now, Timeout: 2 * time.Second}
 }
 
+// standalone are the options of an agent that reads the GPU Operator's
+// nv-hostengine: on a MIG node an embedded host engine without
+// privileges cannot start.
+func standalone(c *clock) gpu.Options {
+	o := opts(c)
+	o.HostEngine = "nvidia-dcgm.gpu-operator.svc:5555"
+	return o
+}
+
 const (
 	gpu0 = "GPU-a100-0000-0000-0000-000000000000"
 	gpu1 = "GPU-a100-0000-0000-0000-000000000001"
@@ -116,6 +125,47 @@ func TestProfilingFailureKeepsBasicFields(t *testing.T) {
 	}
 }
 
+// An embedded host engine without privileges cannot start on a node with
+// a MIG-enabled GPU (DCGM needs root and NVML's privileged instance
+// calls): auto serves NVML and says why DCGM does not; with privileges,
+// or through the GPU Operator's privileged nv-hostengine, DCGM serves.
+func TestEmbeddedDCGMOnMIGNode(t *testing.T) {
+	a := gpufake.MIGSpec{UUID: migA, GI: 3, Profile: "1g.10gb", Fields: instanceFields(1000, 0.1)}
+	for _, c := range []struct {
+		name       string
+		privileged bool
+		o          func(*clock) gpu.Options
+		want       string
+		reason     string
+	}{
+		{"embedded unprivileged", false, opts, gpu.SourceNVML, gpu.UnavailableEmbeddedMIG},
+		{"embedded privileged", true, opts, gpu.SourceDCGM, ""},
+		{"standalone", false, standalone, gpu.SourceDCGM, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, Privileged: c.privileged, GPUs: []gpufake.GPUSpec{migGPU(a)}})
+			src := gpu.NewAuto(m.DCGM(), m.NVML(), c.o(gpufake.NewClock(time.Time{})))
+			defer src.Close()
+			r := read(t, src)
+			if r.Source != c.want {
+				t.Fatalf("served by %s, want %s", r.Source, c.want)
+			}
+			if e := entity(t, r, migA); e.Values[gpu.FieldFBUsed] != 1000 {
+				t.Errorf("instance memory %v", e.Values)
+			}
+			var dcgm gpu.CandidateStatus
+			for _, cs := range src.Candidates() {
+				if cs.Source == gpu.SourceDCGM {
+					dcgm = cs
+				}
+			}
+			if (dcgm.State == gpu.StateServing) != (c.want == gpu.SourceDCGM) || dcgm.Reason != c.reason {
+				t.Errorf("dcgm candidate %+v, want serving %v, reason %q", dcgm, c.want == gpu.SourceDCGM, c.reason)
+			}
+		})
+	}
+}
+
 // Hopper and later profile through GPM: neither another DCGM holding the
 // profiling hardware nor a host engine without root keeps them from it.
 func TestProfilingThroughGPM(t *testing.T) {
@@ -208,7 +258,7 @@ func TestMIGReconfigurationBetweenReads(t *testing.T) {
 		Processes: []gpufake.ProcessSpec{{PID: 4242, UsedMemoryBytes: 30 << 30}}}
 	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: []gpufake.GPUSpec{migGPU(a, b)},
 		Steps: []gpufake.Step{{Comment: "A destroyed, C created", GPUs: []gpufake.GPUSpec{migGPU(b, c)}}}})
-	src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+	src := gpu.NewDCGM(m.DCGM(), m.NVML(), standalone(gpufake.NewClock(time.Time{})))
 	defer src.Close()
 	r := read(t, src)
 	if e := entity(t, r, migB); e.Values[gpu.FieldFBUsed] != 2000 {
@@ -243,7 +293,7 @@ func TestBoardFieldsStayOnTheGPU(t *testing.T) {
 	for _, source := range []string{gpu.SourceDCGM, gpu.SourceNVML} {
 		t.Run(source, func(t *testing.T) {
 			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: []gpufake.GPUSpec{migGPU(a)}})
-			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), standalone(gpufake.NewClock(time.Time{})))
 			if source == gpu.SourceNVML {
 				src = gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
 			}
@@ -340,7 +390,7 @@ func TestProfileNames(t *testing.T) {
 	for _, privileged := range []bool{false, true} {
 		t.Run(fmt.Sprintf("privileged=%v", privileged), func(t *testing.T) {
 			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, Privileged: privileged, GPUs: []gpufake.GPUSpec{migGPU(me, plain, big)}})
-			src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			src := gpu.NewDCGM(m.DCGM(), m.NVML(), standalone(gpufake.NewClock(time.Time{})))
 			defer src.Close()
 			r := read(t, src)
 			for uuid, want := range map[string]string{migA: "1g.10gb+me", migB: "1g.10gb", migC: "1g.20gb"} {

@@ -35,6 +35,9 @@ type Inputs struct {
 	// GPU is nil when the GPU source failed.
 	Source string
 	GPU    *gpu.Reading
+	// Candidates are the libraries the source may serve from, with
+	// their state (nil for a source of one library).
+	Candidates []gpu.CandidateStatus
 	// PodOfPID maps a GPU process to its pod UID ("" for none); nil when
 	// the host's processes are not visible.
 	PodOfPID map[int]string
@@ -56,7 +59,7 @@ type sliceDevice struct {
 // Join attributes the node's GPUs. It never fails: missing or odd inputs
 // give fewer series, not an error.
 func Join(in Inputs) *View {
-	v := &View{Node: in.Node, Source: in.Source, SourceUp: in.GPU != nil, PodResourcesUp: in.Kubelet != nil, ProcVisible: in.ProcVisible}
+	v := &View{Node: in.Node, Source: in.Source, SourceUp: in.GPU != nil, PodResourcesUp: in.Kubelet != nil, ProcVisible: in.ProcVisible, Candidates: in.Candidates}
 	if in.GPU != nil {
 		v.Groups = in.GPU.Groups
 		if in.GPU.Source != "" {

@@ -101,6 +101,9 @@ var (
 	gpuSourceUp = collector.NewDef("dra_gpu_source_up", collector.TypeGauge,
 		"Whether the GPU source answered the last scrape (1) or not (0)."+docSep+"source names the one serving (dcgm, nvml, recorded), or the configured one (auto, dcgm, nvml, none) while none does. With --gpu.source=auto DCGM serves where it starts (profiling needs it), NVML (part of the driver) where it does not. While it is 0 the GPU telemetry families are absent, the agent reconnects with backoff, and the claim and kubelet families are still served.",
 		"source")
+	gpuSourceInfo = collector.NewDef("dra_gpu_source_info", collector.TypeGauge,
+		"A library the GPU source may serve from (dcgm, nvml), its state and, when unavailable, why. Always 1."+docSep+"state serving, unavailable (it failed to open) or standby (a preferred one serves); reason library_missing (libdcgm.so.4 or libnvidia-ml.so.1 absent, or a build without cgo), hostengine_unreachable (the standalone nv-hostengine does not answer), embedded_mig_unprivileged (the embedded host engine cannot start while a GPU has MIG mode on: DCGM then needs root and NVML's privileged GPU-instance calls; point --dcgm.hostengine-address at the GPU Operator's nv-hostengine), failed (logged). Absent for --gpu.source recorded or none.",
+		"source", "state", "reason")
 	fieldGroupWatched = collector.NewDef("dra_gpu_field_group_watched", collector.TypeGauge,
 		"Whether the GPU source watches a group of fields (1) or not (0), with the reason when not."+docSep+"field_group basic (utilisation, memory, power, temperature, clock, ECC, XID) or profiling (DCGM_FI_PROF_*, DCGM only); reason unsupported, no_permission (before Hopper the host engine needs CAP_SYS_ADMIN to profile), profiling_module_error (DCGM's profiling module failed, -37: before Hopper most often another DCGM, the GPU Operator's dcgm-exporter, holds the profiling hardware), failed; told from DCGM's status code or, where go-dcgm returns plain text, its message. Profiling is watched apart from the basic fields, so its failure leaves them served. Absent while the source is down.",
 		"field_group", "reason")
@@ -141,7 +144,7 @@ func Defs() []*collector.Def {
 		defs = append(defs, f.def)
 	}
 	return append(defs, gpuLost, gpuHolderInfo, gpuPodMemory, gpuIsolationViolation, nodeClaimConflict,
-		gpuSourceUp, fieldGroupWatched, podResourcesUp, podResourcesDynamic, hostProcsVisible, nodeScrapeDuration, nodeScrapeSuccess)
+		gpuSourceUp, gpuSourceInfo, fieldGroupWatched, podResourcesUp, podResourcesDynamic, hostProcsVisible, nodeScrapeDuration, nodeScrapeSuccess)
 }
 
 // Describe implements prometheus.Collector.
@@ -224,6 +227,9 @@ func (n *Node) Collect(ch chan<- prometheus.Metric) {
 		s.gauge(nodeClaimConflict, 1, node, c.Namespace, c.Claim, c.Pod, c.PodUID, c.Driver, c.Pool, c.Device, c.GPUUUID, c.Reason)
 	}
 	s.gauge(gpuSourceUp, boolFloat(v.SourceUp), v.Source)
+	for _, c := range v.Candidates {
+		s.gauge(gpuSourceInfo, 1, c.Source, c.State, c.Reason)
+	}
 	if v.SourceUp {
 		for _, g := range v.Groups {
 			s.gauge(fieldGroupWatched, boolFloat(g.Watched), g.Name, g.Reason)

@@ -53,6 +53,20 @@ func (l dcgmLib) Init(address string) (func(), error) {
 			}
 			return nil, dcgmFail("Init/standalone", gpu.StConnectionNotValid)
 		}
+		// An embedded host engine runs with the caller's privileges. With
+		// a GPU in MIG mode its cache manager needs root (euid 0,
+		// DcgmCacheManager.cpp:912-917) and reads the GPU instances
+		// through NVML's privileged nvmlDeviceGetGpuInstances; the
+		// failure aborts GPU init (:1578-1582), the handler throws
+		// "CacheManager Init Failed" (DcgmHostEngineHandler.cpp
+		// :2464-2471) and dcgmStartEmbedded returns INIT_ERROR
+		// (DcgmApi.cpp:6009-6014): dcgm-exporter#34, "Error starting
+		// nv-hostengine: DCGM initialization error". A standalone
+		// nv-hostengine runs privileged (the GPU Operator's nvidia-dcgm
+		// DaemonSet: assets/state-dcgm/0400_dcgm.yml, privileged: true).
+		if address == "" && !m.spec.Privileged && m.anyMIG() {
+			return nil, dcgmFail("Init/embedded", gpu.StInitError)
+		}
 		m.conn = &conn{generation: m.generation, groups: map[gpu.GroupHandle][]gpu.EntityPair{}, fieldGroups: map[gpu.FieldHandle][]gpu.FieldID{}, watched: map[watchKey]bool{}}
 	}
 	m.initCount++
@@ -69,6 +83,16 @@ func (l dcgmLib) Init(address string) (func(), error) {
 			m.conn = nil
 		}
 	}, nil
+}
+
+// anyMIG reports whether a GPU of the machine has MIG mode on.
+func (m *Machine) anyMIG() bool {
+	for _, g := range m.spec.GPUs {
+		if g.MIGEnabled {
+			return true
+		}
+	}
+	return false
 }
 
 // connection returns the caller's connection, or CONNECTION_NOT_VALID when

@@ -326,11 +326,17 @@ func (d *device) GetComputeRunningProcesses() ([]gpu.ProcessInfo, gpu.NVMLReturn
 	return out, gpu.NVMLSuccess
 }
 
+// GetMemoryInfo: in MIG mode a GPU handle answers the aggregate only to a
+// privileged caller (nvml.h:7252-7254), NO_PERMISSION otherwise; a MIG
+// device handle answers its instance's.
 func (d *device) GetMemoryInfo() (gpu.Memory, gpu.NVMLReturn) {
 	g, in, unlock, ret := d.enter("nvmlDeviceGetMemoryInfo")
 	defer unlock()
 	if ret != gpu.NVMLSuccess {
 		return gpu.Memory{}, ret
+	}
+	if in == nil && g.MIGEnabled && !d.m.spec.Privileged {
+		return gpu.Memory{}, gpu.NVMLNoPermission
 	}
 	fields := g.Fields
 	if in != nil {
