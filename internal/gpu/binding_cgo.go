@@ -264,6 +264,11 @@ func (n nvmlDevice) GetMemoryInfo() (Memory, NVMLReturn) {
 	return Memory{Total: m.Total, Free: m.Free, Used: m.Used}, NVMLReturn(ret)
 }
 
+func (n nvmlDevice) GetMemoryInfoV2() (MemoryV2, NVMLReturn) {
+	m, ret := n.d.GetMemoryInfo_v2()
+	return MemoryV2{Total: m.Total, Reserved: m.Reserved, Free: m.Free, Used: m.Used}, NVMLReturn(ret)
+}
+
 func (n nvmlDevice) GetUtilizationRates() (Utilization, NVMLReturn) {
 	u, ret := n.d.GetUtilizationRates()
 	return Utilization{Gpu: u.Gpu, Memory: u.Memory}, NVMLReturn(ret)

@@ -234,6 +234,8 @@ type NVMLDevice interface {
 	GetGpuInstanceById(id int) (NVMLGpuInstance, NVMLReturn)
 	GetComputeRunningProcesses() ([]ProcessInfo, NVMLReturn)
 	GetMemoryInfo() (Memory, NVMLReturn)
+	// GetMemoryInfoV2 is GetMemoryInfo_v2 (drivers 510 and later).
+	GetMemoryInfoV2() (MemoryV2, NVMLReturn)
 	GetUtilizationRates() (Utilization, NVMLReturn)
 	GetPowerUsage() (uint32, NVMLReturn)
 	GetTemperature(sensor int) (uint32, NVMLReturn)
@@ -348,9 +350,16 @@ type ProcessInfo struct {
 	ComputeInstanceId uint32
 }
 
-// Memory is nvml.Memory (bytes).
+// Memory is nvml.Memory (bytes), version 1: Used is reserved plus
+// allocated memory (nvml.h:262-265).
 type Memory struct {
 	Total, Free, Used uint64
+}
+
+// MemoryV2 is nvml.Memory_v2 (bytes): Used is allocated memory only,
+// Reserved the driver's and firmware's (nvml.h:272-279).
+type MemoryV2 struct {
+	Total, Reserved, Free, Used uint64
 }
 
 // Utilization is nvml.Utilization (percent).

@@ -403,7 +403,23 @@ func (r recorder) utilization(dev NVMLDevice) {
 	r.value(FieldGPUUtil, "nvmlDeviceGetUtilizationRates", ret, float64(u.Gpu))
 }
 
+// memory reads the framebuffer as DCGM does (DcgmCacheManager.cpp
+// :14186-14230): version 2, whose used memory leaves out what the driver
+// and firmware reserve, so that used memory means the same on both sources
+// (version 1 counts the reserved memory as used: about 0.5 GiB on an idle
+// H100). A driver older than 510 has version 1 only, as DCGM falls back.
 func (r recorder) memory(dev NVMLDevice) {
+	m2, ret := dev.GetMemoryInfoV2()
+	if ret == NVMLSuccess {
+		r.value(FieldFBTotal, "nvmlDeviceGetMemoryInfo_v2", ret, float64(m2.Total)/mib)
+		r.value(FieldFBFree, "nvmlDeviceGetMemoryInfo_v2", ret, float64(m2.Free)/mib)
+		r.value(FieldFBUsed, "nvmlDeviceGetMemoryInfo_v2", ret, float64(m2.Used)/mib)
+		return
+	}
+	if ret != NVMLNotSupported && ret != NVMLFunctionNotFound {
+		r.value(FieldFBUsed, "nvmlDeviceGetMemoryInfo_v2", ret, 0)
+		return
+	}
 	m, ret := dev.GetMemoryInfo()
 	r.value(FieldFBTotal, "nvmlDeviceGetMemoryInfo", ret, float64(m.Total)/mib)
 	r.value(FieldFBFree, "nvmlDeviceGetMemoryInfo", ret, float64(m.Free)/mib)

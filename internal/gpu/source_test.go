@@ -576,3 +576,25 @@ func TestNoLibrary(t *testing.T) {
 		t.Errorf("no libraries in this build: %v", err)
 	}
 }
+
+// Used memory means the same on both sources: DCGM reads NVML's version-2
+// memory, which leaves the driver's reserved memory out; NVML's version 1
+// counts it as used.
+func TestMemoryMeansTheSameOnBothSources(t *testing.T) {
+	g := twoGPUs()
+	g[0].ReservedMiB = 512
+	g[0].Fields["DCGM_FI_DEV_FB_FREE"] = 81559 - 512 - 1000 // total = reserved + free + used (nvml.h:272-279)
+	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: g})
+	for _, src := range []gpu.Source{
+		gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{}))),
+		gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{}))),
+	} {
+		r := read(t, src)
+		e := entity(t, r, gpu0)
+		if e.Values[gpu.FieldFBUsed] != 1000 || e.Values[gpu.FieldFBTotal] != 81559 || e.Values[gpu.FieldFBFree] != 80047 {
+			t.Errorf("%s: memory used %v, total %v, free %v; want 1000, 81559, 80047 MiB", r.Source,
+				e.Values[gpu.FieldFBUsed], e.Values[gpu.FieldFBTotal], e.Values[gpu.FieldFBFree])
+		}
+		src.Close()
+	}
+}

@@ -326,17 +326,31 @@ func (d *device) GetComputeRunningProcesses() ([]gpu.ProcessInfo, gpu.NVMLReturn
 	return out, gpu.NVMLSuccess
 }
 
-// GetMemoryInfo: in MIG mode a GPU handle answers the aggregate only to a
-// privileged caller (nvml.h:7252-7254), NO_PERMISSION otherwise; a MIG
-// device handle answers its instance's.
+// GetMemoryInfo is version 1: used is reserved plus allocated memory
+// (nvml.h:262-265), so the GPU's reserved memory is added to the DCGM
+// (version 2) figure its fields hold.
 func (d *device) GetMemoryInfo() (gpu.Memory, gpu.NVMLReturn) {
-	g, in, unlock, ret := d.enter("nvmlDeviceGetMemoryInfo")
+	m, ret := d.memory("nvmlDeviceGetMemoryInfo")
+	return gpu.Memory{Total: m.Total, Free: m.Free, Used: m.Used + m.Reserved}, ret
+}
+
+// GetMemoryInfoV2 is version 2: reserved apart, used allocated memory only
+// (nvml.h:272-279), which DCGM reads (DcgmCacheManager.cpp:14186-14230).
+func (d *device) GetMemoryInfoV2() (gpu.MemoryV2, gpu.NVMLReturn) {
+	return d.memory("nvmlDeviceGetMemoryInfo_v2")
+}
+
+// memory answers both versions. In MIG mode a GPU handle answers the
+// aggregate only to a privileged caller (nvml.h:7252-7254), NO_PERMISSION
+// otherwise; a MIG device handle answers its instance's.
+func (d *device) memory(call string) (gpu.MemoryV2, gpu.NVMLReturn) {
+	g, in, unlock, ret := d.enter(call)
 	defer unlock()
 	if ret != gpu.NVMLSuccess {
-		return gpu.Memory{}, ret
+		return gpu.MemoryV2{}, ret
 	}
 	if in == nil && g.MIGEnabled && !d.m.spec.Privileged {
-		return gpu.Memory{}, gpu.NVMLNoPermission
+		return gpu.MemoryV2{}, gpu.NVMLNoPermission
 	}
 	fields := g.Fields
 	if in != nil {
@@ -346,10 +360,14 @@ func (d *device) GetMemoryInfo() (gpu.Memory, gpu.NVMLReturn) {
 	free, ok2 := value(fields, gpu.FieldFBFree)
 	used, ok3 := value(fields, gpu.FieldFBUsed)
 	if !ok1 || !ok2 || !ok3 {
-		return gpu.Memory{}, gpu.NVMLNotSupported
+		return gpu.MemoryV2{}, gpu.NVMLNotSupported
 	}
 	const mib = 1 << 20
-	return gpu.Memory{Total: uint64(total * mib), Free: uint64(free * mib), Used: uint64(used * mib)}, gpu.NVMLSuccess
+	reserved := 0.0
+	if in == nil {
+		reserved = g.ReservedMiB
+	}
+	return gpu.MemoryV2{Total: uint64(total * mib), Reserved: uint64(reserved * mib), Free: uint64(free * mib), Used: uint64(used * mib)}, gpu.NVMLSuccess
 }
 
 // board answers a GPU-level query: NOT_SUPPORTED on a MIG device handle

@@ -69,6 +69,9 @@ type GPUSpec struct {
 	MIG        []MIGSpec `json:"mig,omitempty"`
 	// Lost: the GPU fell off the bus (XID 79).
 	Lost bool `json:"lost,omitempty"`
+	// ReservedMiB is the memory the driver and firmware reserve: NVML's
+	// version-1 memory counts it as used, version 2 and DCGM do not.
+	ReservedMiB float64 `json:"reserved_mib,omitempty"`
 	// NoPermission: the caller may not open the GPU (its device file is
 	// not accessible): NVML counts it but its handle answers
 	// NO_PERMISSION.
