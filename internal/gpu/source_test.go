@@ -598,3 +598,18 @@ func TestMemoryMeansTheSameOnBothSources(t *testing.T) {
 		src.Close()
 	}
 }
+
+// The driver lists only the processes of the caller's PID namespace: an
+// agent without hostPID sees none of the pods' processes, while the GPU's
+// memory still counts them.
+func TestProcessesPerPIDNamespace(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		m := gpufake.New(gpufake.Spec{NVML: true, OwnPIDNamespace: own, GPUs: twoGPUs()})
+		src := gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
+		e := entity(t, read(t, src), gpu0)
+		if want := map[bool]int{false: 1, true: 0}[own]; len(e.Processes) != want || e.Values[gpu.FieldFBUsed] != 1000 {
+			t.Errorf("own PID namespace %v: %d processes, memory used %v; want %d, 1000", own, len(e.Processes), e.Values[gpu.FieldFBUsed], want)
+		}
+		src.Close()
+	}
+}

@@ -112,7 +112,7 @@ var (
 	podResourcesDynamic = collector.NewDef("dra_node_podresources_dynamic_resources", collector.TypeGauge,
 		"Whether the kubelet's pod-resources API reports DRA claims (1) or not (0)."+docSep+"0 while pods of the node hold allocated claims: feature gate KubeletPodResourcesDynamicResources off or an old kubelet; the dra lane then comes from the claim allocations. Absent when it cannot be told.")
 	hostProcsVisible = collector.NewDef("dra_node_host_processes_visible", collector.TypeGauge,
-		"Whether the host's processes are visible under --proc-root (1) or not (0)."+docSep+"1 only in the host's PID namespace (hostPID: the kernel's kthreadd is PID 2 there), where NVML's process IDs resolve; without it GPU processes do not map to pods: no per-pod memory, no isolation check.")
+		"Whether the host's processes are visible under --proc-root (1) or not (0)."+docSep+"1 only in the host's PID namespace (hostPID: the kernel's kthreadd is PID 2 there), where NVML's process IDs resolve; without it the driver lists none of the pods' GPU processes (it answers only those of the caller's PID namespace): no per-pod memory, no isolation check.")
 	nodeScrapeDuration = collector.NewDef("dra_node_scrape_collector_duration_seconds", collector.TypeGauge,
 		"Time a part of the node agent's scrape took (gpu, podresources, procmap, join), in seconds.", "collector").Liveness()
 	nodeScrapeSuccess = collector.NewDef("dra_node_scrape_collector_success", collector.TypeGauge,

@@ -310,6 +310,14 @@ func (d *device) GetComputeRunningProcesses() ([]gpu.ProcessInfo, gpu.NVMLReturn
 	if ret != gpu.NVMLSuccess {
 		return nil, ret
 	}
+	if d.m.spec.OwnPIDNamespace {
+		// Every process of the machine belongs to a pod: none is in
+		// the agent's own PID namespace (Spec.OwnPIDNamespace).
+		if in == nil && g.MIGEnabled && !d.m.spec.Privileged {
+			return nil, gpu.NVMLNoPermission
+		}
+		return []gpu.ProcessInfo{}, gpu.NVMLSuccess
+	}
 	if in != nil {
 		return processInfos(in.Processes, in.GI), gpu.NVMLSuccess
 	}

@@ -28,6 +28,13 @@ type Spec struct {
 	// Privileged: the caller may make NVML's privileged MIG calls (root
 	// with CAP_SYS_ADMIN). The chart drops every capability: false.
 	Privileged bool `json:"privileged,omitempty"`
+	// OwnPIDNamespace: the agent runs in a PID namespace of its own (no
+	// hostPID). The driver answers a process query with the processes
+	// whose PID it can translate into the caller's namespace only
+	// (open-gpu-kernel-modules src/nvidia/src/kernel/gpu/gpu_rmapi.c,
+	// gpuGetProcWithObject filtering through os_find_ns_pid): the pods'
+	// processes, in their own namespaces, are not listed.
+	OwnPIDNamespace bool `json:"own_pid_namespace,omitempty"`
 	// Hang makes every library call block until a step clears it.
 	Hang bool      `json:"hang,omitempty"`
 	GPUs []GPUSpec `json:"gpus"`
