@@ -561,7 +561,7 @@ func (s *dcgmSession) instanceEntity(in dcgmInstance, parent *Entity, values []F
 	if ng == nil {
 		return Entity{}, false
 	}
-	for _, m := range ng.instances {
+	for j, m := range ng.instances {
 		if m.gi != int(in.nvmlInstanceID) {
 			continue
 		}
@@ -570,7 +570,7 @@ func (s *dcgmSession) instanceEntity(in dcgmInstance, parent *Entity, values []F
 			profile = in.dcgmName
 		}
 		e := Entity{UUID: m.uuid, ParentUUID: parent.UUID, Product: parent.Product, Index: parent.Index, Minor: parent.Minor,
-			MIG: &MIGInstance{GPUInstanceID: m.gi, Profile: profile, PlacementStart: m.placement}, Values: map[FieldID]float64{}, Lost: parent.Lost}
+			MIG: &MIGInstance{GPUInstanceID: m.gi, Profile: profile, PlacementStart: m.placement, DeviceIndex: j}, Values: map[FieldID]float64{}, Lost: parent.Lost}
 		e.Processes, _ = processes(m.dev)
 		s.fill(&e, values, false)
 		if e.Lost {

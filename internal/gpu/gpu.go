@@ -108,6 +108,10 @@ type MIGInstance struct {
 	// PlacementStart is the first memory slice of the instance; -1 when
 	// unknown (NVML gives it to privileged callers only).
 	PlacementStart int
+	// DeviceIndex is the instance's position among its GPU's MIG devices
+	// in NVML's handle order (what NVIDIA's device plugin numbers
+	// <gpu>:<n> with DEVICE_ID_STRATEGY=index); -1 when unknown.
+	DeviceIndex int
 }
 
 // Process is a compute process holding GPU memory.

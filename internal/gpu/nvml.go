@@ -354,9 +354,9 @@ func (s *nvmlSession) read() (*Reading, error) {
 			e.Values = map[FieldID]float64{}
 		}
 		r.Entities = append(r.Entities, e)
-		for _, m := range g.instances {
+		for j, m := range g.instances {
 			me := Entity{UUID: m.uuid, ParentUUID: g.uuid, Product: g.name, Index: g.index, Minor: g.minor,
-				MIG: &MIGInstance{GPUInstanceID: m.gi, Profile: m.profile, PlacementStart: m.placement}, Values: map[FieldID]float64{}, Lost: e.Lost}
+				MIG: &MIGInstance{GPUInstanceID: m.gi, Profile: m.profile, PlacementStart: m.placement, DeviceIndex: j}, Values: map[FieldID]float64{}, Lost: e.Lost}
 			mrec := recorder{raw: s.raw, e: &me}
 			mrec.memory(m.dev)
 			// An instance's XIDs reach privileged callers only

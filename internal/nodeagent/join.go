@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -357,7 +358,7 @@ func kubeletHolders(in Inputs, podsByName map[string]*corev1.Pod, byRef map[Devi
 			uid = string(p.UID)
 		}
 		for _, d := range kp.Devices {
-			if !in.DevicePluginResources.Has(d.Resource) {
+			if !devicePluginResource(in.DevicePluginResources, d.Resource) {
 				continue
 			}
 			uuid := devicePluginGPU(d.ID, entities)
@@ -381,6 +382,32 @@ func kubeletHolders(in Inputs, podsByName map[string]*corev1.Pod, byRef map[Devi
 // some plugins (GKE's) name GPUs.
 var nvidiaDevice = regexp.MustCompile(`^nvidia([0-9]+)$`)
 
+// GKE's plugin names a MIG instance nvidia<minor>/gi<GPU instance>, with
+// /vgpu<n> under time-sharing, and a time-shared GPU nvidia<minor>/vgpu<n>
+// (dcgm-exporter kubernetes.go, gkeMigDeviceIDRegex and "/vgpu").
+var gkeMIG = regexp.MustCompile(`^nvidia([0-9]+)/gi([0-9]+)(/vgpu[0-9]+)?$`)
+
+// NVIDIA's plugin with DEVICE_ID_STRATEGY=index names a GPU by its NVML
+// index and a MIG device <gpu index>:<its position among the GPU's MIG
+// devices> (k8s-device-plugin, setMigDeviceMapEntry: "%v:%v").
+var (
+	indexGPU = regexp.MustCompile(`^([0-9]+)$`)
+	indexMIG = regexp.MustCompile(`^([0-9]+):([0-9]+)$`)
+)
+
+// devicePluginResource reports whether a device-plugin resource is a GPU
+// one: a configured resource, or, with nvidia.com/gpu configured, the
+// NVIDIA plugin's other names for its GPUs: nvidia.com/gpu.shared
+// (time-slicing or MPS with renameByDefault) and nvidia.com/mig-<profile>
+// (the mixed MIG strategy; dcgm-exporter takes the nvidia.com/mig- prefix
+// the same way, kubernetes.go iterateGPUDevices).
+func devicePluginResource(configured dra.Resources, name string) bool {
+	if configured.Has(name) {
+		return true
+	}
+	return configured.Has("nvidia.com/gpu") && (name == "nvidia.com/gpu.shared" || strings.HasPrefix(name, "nvidia.com/mig-"))
+}
+
 // devicePluginGPU returns the GPU or MIG UUID of a device-plugin device ID,
 // "" when it names none. NVIDIA's device plugin uses the UUID, and with
 // time-slicing or MPS the UUID and a replica number, GPU-<uuid>::<n>
@@ -388,20 +415,52 @@ var nvidiaDevice = regexp.MustCompile(`^nvidia([0-9]+)$`)
 // plugins name the device file, nvidia<minor>, which the GPU source maps.
 func devicePluginGPU(id string, entities []gpu.Entity) string {
 	id, _, _ = strings.Cut(id, "::")
-	if m := nvidiaDevice.FindStringSubmatch(id); m != nil {
-		minor, err := strconv.Atoi(m[1])
-		if err != nil {
-			return ""
-		}
-		for _, e := range entities {
-			if e.MIG == nil && e.Minor == minor {
-				return e.UUID
-			}
-		}
-		return ""
+	if n, ok := numbers(gkeMIG, id); ok {
+		return entityUUID(entities, func(e gpu.Entity) bool { return e.MIG != nil && e.Minor == n[0] && e.MIG.GPUInstanceID == n[1] })
+	}
+	id, _, _ = strings.Cut(id, "/vgpu")
+	if n, ok := numbers(indexMIG, id); ok {
+		return entityUUID(entities, func(e gpu.Entity) bool { return e.MIG != nil && e.Index == n[0] && e.MIG.DeviceIndex == n[1] })
+	}
+	if n, ok := numbers(indexGPU, id); ok {
+		return entityUUID(entities, func(e gpu.Entity) bool { return e.MIG == nil && e.Index == n[0] })
+	}
+	if n, ok := numbers(nvidiaDevice, id); ok {
+		return entityUUID(entities, func(e gpu.Entity) bool { return e.MIG == nil && e.Minor == n[0] })
 	}
 	if strings.HasPrefix(id, "GPU-") || strings.HasPrefix(id, "MIG-") {
 		return id
+	}
+	return ""
+}
+
+// numbers returns the numbers re's groups capture in s.
+func numbers(re *regexp.Regexp, s string) ([]int, bool) {
+	m := re.FindStringSubmatch(s)
+	if m == nil {
+		return nil, false
+	}
+	out := make([]int, 0, len(m)-1)
+	for _, g := range m[1:] {
+		if g == "" || !unicode.IsDigit(rune(g[0])) {
+			continue // an optional suffix such as /vgpu<n>
+		}
+		n, err := strconv.Atoi(g)
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, n)
+	}
+	return out, true
+}
+
+// entityUUID returns the UUID of the first entity that matches, "" when
+// none does.
+func entityUUID(entities []gpu.Entity, match func(gpu.Entity) bool) string {
+	for _, e := range entities {
+		if match(e) {
+			return e.UUID
+		}
 	}
 	return ""
 }

@@ -139,6 +139,45 @@ func TestJoinDevicePluginIDs(t *testing.T) {
 	}
 }
 
+// Every device-plugin ID form seen in the field names its GPU or MIG
+// instance: GKE's nvidia<minor>/vgpu<n> (time-sharing) and
+// nvidia<minor>/gi<id>[/vgpu<n>] (MIG), the NVIDIA plugin's index strategy
+// (<index>, <index>:<n>, with ::<replica>), and its resources
+// nvidia.com/gpu.shared and nvidia.com/mig-<profile>.
+func TestJoinDevicePluginIDForms(t *testing.T) {
+	const migX, migY = "MIG-xxxxxxxx-0000-4000-8000-000000000000", "MIG-yyyyyyyy-0000-4000-8000-000000000000"
+	for _, c := range []struct{ resource, id, want string }{
+		{"nvidia.com/gpu", "nvidia0/vgpu3", gpuA},
+		{"nvidia.com/gpu", "nvidia1/gi2", migY},
+		{"nvidia.com/gpu", "nvidia1/gi1/vgpu0", migX},
+		{"nvidia.com/gpu", "0", gpuA},
+		{"nvidia.com/gpu", "0::2", gpuA},
+		{"nvidia.com/mig-1g.10gb", "1:1", migY},
+		{"nvidia.com/mig-1g.10gb", migX, migX},
+		{"nvidia.com/gpu.shared", gpuA + "::1", gpuA},
+	} {
+		p := pod("dp-0")
+		in := inputs(p)
+		in.GPU.Entities[0].Index = 0
+		in.GPU.Entities[1].Index = 1
+		in.GPU.Entities = append(in.GPU.Entities,
+			gpu.Entity{UUID: migX, ParentUUID: gpuB, Index: 1, Minor: 1, MIG: &gpu.MIGInstance{GPUInstanceID: 1, Profile: "1g.10gb", DeviceIndex: 0}},
+			gpu.Entity{UUID: migY, ParentUUID: gpuB, Index: 1, Minor: 1, MIG: &gpu.MIGInstance{GPUInstanceID: 2, Profile: "1g.10gb", DeviceIndex: 1}})
+		in.Kubelet = &podresources.Report{Pods: []podresources.Pod{
+			{Namespace: p.Namespace, Name: p.Name, Devices: []podresources.Device{{Container: "main", Resource: c.resource, ID: c.id}}},
+		}}
+		var got []string
+		for _, h := range Join(in).Holders {
+			if h.Lane == LaneDevicePlugin {
+				got = append(got, h.GPUUUID)
+			}
+		}
+		if len(got) != 1 || got[0] != c.want {
+			t.Errorf("%s %q: device-plugin holders of %v, want %s", c.resource, c.id, got, c.want)
+		}
+	}
+}
+
 // Only the configured resources are device-plugin GPUs (the exporter's
 // --device-plugin.resources), not every nvidia.com/ resource.
 func TestJoinDevicePluginResources(t *testing.T) {
