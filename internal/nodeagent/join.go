@@ -102,17 +102,24 @@ func Join(in Inputs) *View {
 			matched[d.DeviceRef] = true
 		}
 	}
-	for _, e := range entities {
-		if _, ok := entityRef[e.UUID]; ok || e.MIG == nil {
-			continue
-		}
-		if d := matchDynamicMIG(e, devices, matched, heldDevices); d != nil {
-			entityRef[e.UUID] = d.DeviceRef
-			matched[d.DeviceRef] = true
-			// A dynamic-MIG slice device has no uuid: the source's
-			// entity gives it one, so claims on it resolve.
-			d.uuid = e.UUID
-			byUUID[e.UUID] = d
+	// Matching one instance can leave another a single candidate: go on
+	// until a pass matches none.
+	holdersOf := podHolders(in, podsByName)
+	for progress := true; progress; {
+		progress = false
+		for _, e := range entities {
+			if _, ok := entityRef[e.UUID]; ok || e.MIG == nil {
+				continue
+			}
+			if d := matchDynamicMIG(e, devices, matched, heldDevices, podsOn(e, in.PodOfPID), holdersOf); d != nil {
+				entityRef[e.UUID] = d.DeviceRef
+				matched[d.DeviceRef] = true
+				// A dynamic-MIG slice device has no uuid: the source's
+				// entity gives it one, so claims on it resolve.
+				d.uuid = e.UUID
+				byUUID[e.UUID] = d
+				progress = true
+			}
 		}
 	}
 
@@ -223,12 +230,13 @@ func stringAttr(attrs devattr.Attributes, driver, name string) string {
 
 // matchDynamicMIG finds the slice device of a MIG instance that the driver
 // published without a uuid (dynamic MIG: the instance is created on
-// prepare): same parent GPU and profile; of several, the one a claim
-// holds (the driver creates an instance for an allocated device only),
-// else the one whose name ends in the instance's placement start
-// (gpu-<minor>-mig-<profile>-<id>-<start>), which NVML gives privileged
-// callers only.
-func matchDynamicMIG(e gpu.Entity, devices []*sliceDevice, taken, held map[DeviceRef]bool) *sliceDevice {
+// prepare): same parent GPU and profile; of several, the one whose name
+// ends in the instance's placement start (gpu-<minor>-mig-<profile>-<id>-
+// <start>), which NVML gives privileged callers only; else, of those a
+// claim holds (the driver creates an instance for an allocated device
+// only), the one held by the pod a process on the instance belongs to, or
+// the only one left.
+func matchDynamicMIG(e gpu.Entity, devices []*sliceDevice, taken, held map[DeviceRef]bool, podsOnE map[string]bool, holdersOf map[DeviceRef]map[string]bool) *sliceDevice {
 	var candidates, heldCandidates []*sliceDevice
 	for _, d := range devices {
 		if d.uuid == "" && !taken[d.DeviceRef] && d.parentUUID == e.ParentUUID && d.profile == e.MIG.Profile {
@@ -249,10 +257,69 @@ func matchDynamicMIG(e gpu.Entity, devices []*sliceDevice, taken, held map[Devic
 			}
 		}
 	}
+	var byProcess []*sliceDevice
+	for _, d := range heldCandidates {
+		for uid := range podsOnE {
+			if holdersOf[d.DeviceRef][uid] {
+				byProcess = append(byProcess, d)
+				break
+			}
+		}
+	}
+	if len(byProcess) == 1 {
+		return byProcess[0]
+	}
 	if len(heldCandidates) == 1 {
 		return heldCandidates[0]
 	}
 	return nil
+}
+
+// podsOn returns the UIDs of the pods with a process on an entity.
+func podsOn(e gpu.Entity, podOf map[int]string) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range e.Processes {
+		if uid := podOf[p.PID]; uid != "" {
+			out[uid] = true
+		}
+	}
+	return out
+}
+
+// podHolders returns, per device, the UIDs of the pods a claim reserves it
+// for or the kubelet prepared it for.
+func podHolders(in Inputs, podsByName map[string]*corev1.Pod) map[DeviceRef]map[string]bool {
+	out := map[DeviceRef]map[string]bool{}
+	add := func(ref DeviceRef, uid string) {
+		if out[ref] == nil {
+			out[ref] = map[string]bool{}
+		}
+		out[ref][uid] = true
+	}
+	for _, c := range in.Claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			for _, rf := range c.Status.ReservedFor {
+				if rf.Resource == "pods" {
+					add(DeviceRef{Driver: r.Driver, Pool: r.Pool, Device: r.Device}, string(rf.UID))
+				}
+			}
+		}
+	}
+	if in.Kubelet != nil {
+		for _, kp := range in.Kubelet.Pods {
+			p := podsByName[kp.Namespace+"/"+kp.Name]
+			if p == nil {
+				continue
+			}
+			for _, c := range kp.Claims {
+				add(DeviceRef{Driver: c.Driver, Pool: c.Pool, Device: c.Device}, string(p.UID))
+			}
+		}
+	}
+	return out
 }
 
 // heldRefs are the devices of the node's claims: allocated, or prepared

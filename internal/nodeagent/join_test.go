@@ -178,6 +178,48 @@ func TestJoinDevicePluginIDForms(t *testing.T) {
 	}
 }
 
+// Two dynamic MIG instances of one profile on one GPU, placements unknown
+// (NVML without privileges): each is told apart through its process, the
+// process's pod and the claim that pod holds, so neither pod is a false
+// isolation violation and both instances are allocated.
+func TestJoinSameProfileDynamicMIG(t *testing.T) {
+	const migX, migY = "MIG-xxxxxxxx-0000-4000-8000-000000000000", "MIG-yyyyyyyy-0000-4000-8000-000000000000"
+	p1, p2 := pod("infer-1"), pod("infer-2")
+	c1, c2 := allocated("infer-1-gpu", p1, "gpu-1-mig-19-0-1"), allocated("infer-2-gpu", p2, "gpu-1-mig-19-2-1")
+	in := inputs(p1, p2, c1, c2)
+	var tr objects.Trimmer
+	var devs []resourceapi.Device
+	for _, start := range []int{0, 1, 2} {
+		devs = append(devs, nvidia.MIGDevice(fmt.Sprintf("gpu-1-mig-19-%d-1", start), "", gpuB, "1g.10gb", "NVIDIA H100 80GB HBM3", "10Gi"))
+	}
+	in.Slices = append(in.Slices, tr.Trim(nvidia.Slice(node+"-mig", node, 1, devs...)).(*objects.Slice))
+	in.GPU.Entities = append(in.GPU.Entities,
+		gpu.Entity{UUID: migX, ParentUUID: gpuB, Index: 1, Minor: 1, MIG: &gpu.MIGInstance{GPUInstanceID: 7, Profile: "1g.10gb", PlacementStart: -1, DeviceIndex: 0},
+			Processes: []gpu.Process{{PID: 301, UsedMemoryBytes: 1 << 30}}},
+		gpu.Entity{UUID: migY, ParentUUID: gpuB, Index: 1, Minor: 1, MIG: &gpu.MIGInstance{GPUInstanceID: 8, Profile: "1g.10gb", PlacementStart: -1, DeviceIndex: 1},
+			Processes: []gpu.Process{{PID: 302, UsedMemoryBytes: 1 << 30}}})
+	in.Kubelet = &podresources.Report{Dynamic: true}
+	for _, pc := range []struct {
+		p *corev1.Pod
+		c *resourceapi.ResourceClaim
+	}{{p1, c1}, {p2, c2}} {
+		in.Kubelet.Pods = append(in.Kubelet.Pods, podresources.Pod{Namespace: pc.p.Namespace, Name: pc.p.Name, Claims: []podresources.ClaimDevice{{
+			Container: "main", ClaimNamespace: pc.c.Namespace, ClaimName: pc.c.Name, Driver: testobj.Driver, Pool: node, Device: pc.c.Status.Allocation.Devices.Results[0].Device}}})
+	}
+	in.PodOfPID = map[int]string{301: string(p2.UID), 302: string(p1.UID)}
+	v := Join(in)
+	if len(v.Violations) != 0 {
+		t.Errorf("violations %+v, want none: each pod runs on the instance of its claim", v.Violations)
+	}
+	for uuid, want := range map[string]string{migX: "gpu-1-mig-19-2-1", migY: "gpu-1-mig-19-0-1"} {
+		for _, g := range v.GPUs {
+			if g.UUID == uuid && (g.Lane != LaneDRA || g.Device != want) {
+				t.Errorf("%s: lane %q device %q, want dra %s", uuid, g.Lane, g.Device, want)
+			}
+		}
+	}
+}
+
 // Only the configured resources are device-plugin GPUs (the exporter's
 // --device-plugin.resources), not every nvidia.com/ resource.
 func TestJoinDevicePluginResources(t *testing.T) {
