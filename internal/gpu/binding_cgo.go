@@ -250,13 +250,20 @@ func (n nvmlDevice) GetGpuInstanceById(id int) (NVMLGpuInstance, NVMLReturn) {
 	return nvmlGpuInstance{gi}, NVMLReturn(ret)
 }
 
-func (n nvmlDevice) GetComputeRunningProcesses() ([]ProcessInfo, NVMLReturn) {
-	ps, ret := n.d.GetComputeRunningProcesses()
+func processInfos(ps []nvml.ProcessInfo, ret nvml.Return) ([]ProcessInfo, NVMLReturn) {
 	out := make([]ProcessInfo, len(ps))
 	for i, p := range ps {
 		out[i] = ProcessInfo(p)
 	}
 	return out, NVMLReturn(ret)
+}
+
+func (n nvmlDevice) GetComputeRunningProcesses() ([]ProcessInfo, NVMLReturn) {
+	return processInfos(n.d.GetComputeRunningProcesses())
+}
+
+func (n nvmlDevice) GetMPSComputeRunningProcesses() ([]ProcessInfo, NVMLReturn) {
+	return processInfos(n.d.GetMPSComputeRunningProcesses())
 }
 
 func (n nvmlDevice) GetMemoryInfo() (Memory, NVMLReturn) {

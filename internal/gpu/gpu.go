@@ -120,6 +120,9 @@ type Process struct {
 	UsedMemoryBytes float64
 	// MemoryUnknown: the driver reported NVML_VALUE_NOT_AVAILABLE.
 	MemoryUnknown bool
+	// MPSClient: a client of an MPS server, listed by NVML's MPS process
+	// call (the compute list shows the server instead).
+	MPSClient bool
 }
 
 // RawValue is one field of one entity as the library returned it.

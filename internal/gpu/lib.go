@@ -233,6 +233,8 @@ type NVMLDevice interface {
 	GetGpuInstanceProfileInfoV3(profile int) (GpuInstanceProfileInfo, NVMLReturn)
 	GetGpuInstanceById(id int) (NVMLGpuInstance, NVMLReturn)
 	GetComputeRunningProcesses() ([]ProcessInfo, NVMLReturn)
+	// GetMPSComputeRunningProcesses lists the MPS clients (v3).
+	GetMPSComputeRunningProcesses() ([]ProcessInfo, NVMLReturn)
 	GetMemoryInfo() (Memory, NVMLReturn)
 	// GetMemoryInfoV2 is GetMemoryInfo_v2 (drivers 510 and later).
 	GetMemoryInfoV2() (MemoryV2, NVMLReturn)

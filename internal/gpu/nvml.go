@@ -275,18 +275,35 @@ func (v *nvmlView) profileTable(g *nvmlGPU) []GpuInstanceProfileInfo {
 // parent lists its instances' processes only to privileged callers
 // (nvml.h ~8008-8010), so instances are always asked by their own handles
 // and a MIG-enabled GPU itself never.
+//
+// Under MPS the compute list shows the MPS server (nvidia-cuda-mps-server),
+// and its clients appear only through nvmlDeviceGetMPSComputeRunningProcesses
+// (nvml.h:8078-8118), which is read too: its processes are the clients.
 func processes(dev NVMLDevice) ([]Process, NVMLReturn) {
 	infos, ret := dev.GetComputeRunningProcesses()
 	if ret != NVMLSuccess {
 		return nil, ret
 	}
 	out := make([]Process, 0, len(infos))
-	for _, p := range infos {
-		proc := Process{PID: int(p.Pid), UsedMemoryBytes: float64(p.UsedGpuMemory)}
+	listed := map[int]bool{}
+	add := func(p ProcessInfo, client bool) {
+		if listed[int(p.Pid)] {
+			return
+		}
+		listed[int(p.Pid)] = true
+		proc := Process{PID: int(p.Pid), UsedMemoryBytes: float64(p.UsedGpuMemory), MPSClient: client}
 		if p.UsedGpuMemory == NVMLValueNotAvailable {
 			proc.UsedMemoryBytes, proc.MemoryUnknown = 0, true
 		}
 		out = append(out, proc)
+	}
+	for _, p := range infos {
+		add(p, false)
+	}
+	if clients, ret := dev.GetMPSComputeRunningProcesses(); ret == NVMLSuccess {
+		for _, p := range clients {
+			add(p, true)
+		}
 	}
 	return out, NVMLSuccess
 }

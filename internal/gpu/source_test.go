@@ -613,3 +613,21 @@ func TestProcessesPerPIDNamespace(t *testing.T) {
 		src.Close()
 	}
 }
+
+// Under MPS NVML's compute list has the server; the clients come from the
+// MPS process list, marked as clients.
+func TestMPSClients(t *testing.T) {
+	g := twoGPUs()
+	g[0].Processes = []gpufake.ProcessSpec{{PID: 500, UsedMemoryBytes: 256 << 20},
+		{PID: 501, UsedMemoryBytes: 4 << 30, MPSClient: true}, {PID: 502, UsedMemoryBytes: 1 << 30, MPSClient: true}}
+	m := gpufake.New(gpufake.Spec{NVML: true, GPUs: g})
+	src := gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
+	defer src.Close()
+	got := map[int]bool{}
+	for _, p := range entity(t, read(t, src), gpu0).Processes {
+		got[p.PID] = p.MPSClient
+	}
+	if len(got) != 3 || got[500] || !got[501] || !got[502] {
+		t.Errorf("processes (PID: MPS client) %v, want the server 500 and the clients 501, 502", got)
+	}
+}

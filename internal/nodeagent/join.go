@@ -155,6 +155,19 @@ func Join(in Inputs) *View {
 		}
 		allowed[h.GPUUUID][h.PodUID] = true
 	}
+	// The MPS server of a claim runs in the DRA driver's control-daemon
+	// pod, which holds no claim: it may use the GPUs of the claim it
+	// serves.
+	for uid, refs := range mpsDaemons(pods, in.Claims) {
+		for _, ref := range refs {
+			if d := byRef[ref]; d != nil && d.uuid != "" {
+				if allowed[d.uuid] == nil {
+					allowed[d.uuid] = map[string]bool{}
+				}
+				allowed[d.uuid][uid] = true
+			}
+		}
+	}
 	instancesHeld := map[string]bool{}
 	for _, e := range entities {
 		if e.MIG != nil && len(held[e.UUID]) > 0 {
@@ -273,6 +286,34 @@ func matchDynamicMIG(e gpu.Entity, devices []*sliceDevice, taken, held map[Devic
 		return heldCandidates[0]
 	}
 	return nil
+}
+
+// mpsDaemonPrefix starts the name of the DRA driver's MPS control daemon
+// for a claim: a Deployment mps-control-daemon-<claim UID>-<hash>
+// (k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/sharing.go,
+// MpsControlDaemonNameFmt and GetMpsControlDaemonID), whose pod runs the
+// claim's nvidia-cuda-mps-server.
+const mpsDaemonPrefix = "mps-control-daemon-"
+
+// mpsDaemons returns, per MPS control-daemon pod of the node, the devices
+// of the claim it serves.
+func mpsDaemons(pods map[string]*corev1.Pod, claims map[string]*resourceapi.ResourceClaim) map[string][]DeviceRef {
+	out := map[string][]DeviceRef{}
+	for uid, p := range pods {
+		rest, ok := strings.CutPrefix(p.Name, mpsDaemonPrefix)
+		if !ok {
+			continue
+		}
+		for _, c := range claims {
+			if c.UID == "" || !strings.HasPrefix(rest, string(c.UID)+"-") || c.Status.Allocation == nil {
+				continue
+			}
+			for _, r := range c.Status.Allocation.Devices.Results {
+				out[uid] = append(out[uid], DeviceRef{Driver: r.Driver, Pool: r.Pool, Device: r.Device})
+			}
+		}
+	}
+	return out
 }
 
 // podsOn returns the UIDs of the pods with a process on an entity.

@@ -220,6 +220,39 @@ func TestJoinSameProfileDynamicMIG(t *testing.T) {
 	}
 }
 
+// MPS: the GPU's process list has the claim's MPS server, in the DRA
+// driver's control-daemon pod (which holds no claim), and the clients,
+// each in its pod. Neither is a violation; each pod's memory is its own.
+func TestJoinMPS(t *testing.T) {
+	client := pod("infer-0")
+	claim := allocated("infer-0-gpu", client, "gpu-0")
+	daemon := testobj.Running(testobj.Bound(testobj.Pod("mps-control-daemon-"+string(claim.UID)+"-3f2a1-7d9c8b6f5-x2x4z", "d0d0d0d0-0000-4000-8000-000000000000"), node))
+	daemon.Namespace = "nvidia-dra-driver-gpu"
+	stranger := pod("other-0")
+	in := inputs(client, claim, daemon, stranger)
+	in.Kubelet = &podresources.Report{Dynamic: true, Pods: []podresources.Pod{{Namespace: client.Namespace, Name: client.Name, Claims: []podresources.ClaimDevice{{
+		Container: "main", ClaimNamespace: claim.Namespace, ClaimName: claim.Name, Driver: testobj.Driver, Pool: node, Device: "gpu-0"}}}}}
+	in.GPU.Entities[0].Processes = []gpu.Process{
+		{PID: 100, UsedMemoryBytes: 256 << 20},
+		{PID: 101, UsedMemoryBytes: 4 << 30, MPSClient: true},
+		{PID: 102, UsedMemoryBytes: 1 << 30, MPSClient: true},
+	}
+	in.PodOfPID = map[int]string{100: string(daemon.UID), 101: string(client.UID), 102: string(stranger.UID)}
+	v := Join(in)
+	if len(v.Violations) != 1 || v.Violations[0].Pod != stranger.Name {
+		t.Errorf("violations %+v, want only %s (an MPS client without the claim)", v.Violations, stranger.Name)
+	}
+	mem := map[string]float64{}
+	for _, m := range v.PodMemory {
+		if m.GPUUUID == gpuA {
+			mem[m.Pod] = m.Bytes
+		}
+	}
+	if mem[client.Name] != 4<<30 || mem[daemon.Name] != 256<<20 {
+		t.Errorf("per-pod memory %v", mem)
+	}
+}
+
 // Only the configured resources are device-plugin GPUs (the exporter's
 // --device-plugin.resources), not every nvidia.com/ resource.
 func TestJoinDevicePluginResources(t *testing.T) {

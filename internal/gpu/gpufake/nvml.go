@@ -288,9 +288,12 @@ func (g gpuInstance) GetInfo() (gpu.GpuInstanceInfo, gpu.NVMLReturn) { return g.
 // processInfos lists processes as nvmlDeviceGetComputeRunningProcesses
 // does; a memory the driver cannot tell is NVML_VALUE_NOT_AVAILABLE, all
 // ones as an unsigned long long (nvml.h ~156, ~355-356).
-func processInfos(ps []ProcessSpec, gi int) []gpu.ProcessInfo {
+func processInfos(ps []ProcessSpec, gi int, mps bool) []gpu.ProcessInfo {
 	out := make([]gpu.ProcessInfo, 0, len(ps))
 	for _, p := range ps {
+		if p.MPSClient != mps {
+			continue
+		}
 		used := p.UsedMemoryBytes
 		if p.MemoryNotAvailable {
 			used = gpu.NVMLValueNotAvailable
@@ -305,7 +308,18 @@ func processInfos(ps []ProcessSpec, gi int) []gpu.ProcessInfo {
 // ~8008-8010), NO_PERMISSION otherwise; a MIG device handle lists its
 // instance's.
 func (d *device) GetComputeRunningProcesses() ([]gpu.ProcessInfo, gpu.NVMLReturn) {
-	g, in, unlock, ret := d.enter("nvmlDeviceGetComputeRunningProcesses")
+	return d.processes("nvmlDeviceGetComputeRunningProcesses", false)
+}
+
+// GetMPSComputeRunningProcesses lists the MPS clients only; the compute
+// list has the server instead (nvml.h:8078-8118). The same privilege rule
+// holds for a MIG parent.
+func (d *device) GetMPSComputeRunningProcesses() ([]gpu.ProcessInfo, gpu.NVMLReturn) {
+	return d.processes("nvmlDeviceGetMPSComputeRunningProcesses", true)
+}
+
+func (d *device) processes(call string, mps bool) ([]gpu.ProcessInfo, gpu.NVMLReturn) {
+	g, in, unlock, ret := d.enter(call)
 	defer unlock()
 	if ret != gpu.NVMLSuccess {
 		return nil, ret
@@ -319,17 +333,17 @@ func (d *device) GetComputeRunningProcesses() ([]gpu.ProcessInfo, gpu.NVMLReturn
 		return []gpu.ProcessInfo{}, gpu.NVMLSuccess
 	}
 	if in != nil {
-		return processInfos(in.Processes, in.GI), gpu.NVMLSuccess
+		return processInfos(in.Processes, in.GI, mps), gpu.NVMLSuccess
 	}
 	if !g.MIGEnabled {
-		return processInfos(g.Processes, 0xffffffff), gpu.NVMLSuccess
+		return processInfos(g.Processes, 0xffffffff, mps), gpu.NVMLSuccess
 	}
 	if !d.m.spec.Privileged {
 		return nil, gpu.NVMLNoPermission
 	}
 	var out []gpu.ProcessInfo
 	for _, mi := range instances(g) {
-		out = append(out, processInfos(mi.Processes, mi.GI)...)
+		out = append(out, processInfos(mi.Processes, mi.GI, mps)...)
 	}
 	return out, gpu.NVMLSuccess
 }

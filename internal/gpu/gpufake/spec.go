@@ -104,6 +104,10 @@ type ProcessSpec struct {
 	UsedMemoryBytes uint64 `json:"used_memory_bytes"`
 	// MemoryNotAvailable: NVML reports NVML_VALUE_NOT_AVAILABLE.
 	MemoryNotAvailable bool `json:"memory_not_available,omitempty"`
+	// MPSClient: the process is a client of the GPU's MPS server (the
+	// server is listed as a process of its own): NVML's compute list
+	// leaves it out, its MPS list has it.
+	MPSClient bool `json:"mps_client,omitempty"`
 }
 
 // Step changes the machine between scrapes.
