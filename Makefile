@@ -174,7 +174,7 @@ test: ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a re
 
 .PHONY: test-lane-tools test-lane-unit
 test-lane-tools:
-	$(MAKE) --no-print-directory -j1 controlplane tools helm node-bins rollouts release-test
+	$(MAKE) --no-print-directory -j1 controlplane tools helm node-bins rollouts release-test registry
 
 test-lane-unit:
 	$(MAKE) --no-print-directory -j1 build node-packages lint test-race image-test
@@ -372,3 +372,27 @@ $(ACTIONLINT): tools/actionlint/go.mod tools/actionlint/go.sum
 .PHONY: actionlint
 actionlint: $(ACTIONLINT) ## Check .github/workflows with actionlint (built once, cached).
 	$(ACTIONLINT) -no-color
+
+# ---- A real OCI registry (test/nodee2e registry_test.go: images and chart through a registry) ----
+
+# The CNCF distribution project's registry, built from the Go module proxy at the version
+# tools/registry's go.mod pins (a `tool` line). The real node's e2e runs it inside the node's
+# network namespace, pushes the release to it with make push's code and installs the chart from it.
+REGISTRY_VERSION := v3.1.2
+REGISTRY_BIN := $(CACHE)/registry/$(REGISTRY_VERSION)/registry
+export DRA_REGISTRY := $(REGISTRY_BIN)
+export DRA_RELEASE_CACHE := $(CACHE)
+export DRA_KREW_BIN := $(KREW_BIN)
+
+$(REGISTRY_BIN): tools/registry/go.mod tools/registry/go.sum
+	@echo ">> building the registry (distribution) $(REGISTRY_VERSION) (cold: see docs/testing.md)"
+	mkdir -p $(dir $@)
+	cd tools/registry && time $(GO) build -ldflags '-s -w -X github.com/distribution/distribution/v3/version.version=$(REGISTRY_VERSION)' \
+		-o $@.tmp github.com/distribution/distribution/v3/cmd/registry
+	mv $@.tmp $@
+
+.PHONY: registry
+registry: $(REGISTRY_BIN) ## Build the OCI registry (distribution, cached) that the real node's e2e pushes the release to and pulls from.
+
+# TestRegistry (test/nodee2e) needs the registry and krew beside test-node's own prerequisites.
+test-node: $(REGISTRY_BIN) $(KREW_BIN)/.built

@@ -10,7 +10,7 @@ import (
 var claimLeak = newDef("dra_claim_reservation_leak", typeGauge,
 	"A leaked reservation or allocation of a claim, per reservation and allocated device.",
 	"namespace", "claim", "pod", "pod_uid", "node", "device", "reason").
-	doc("reason pod_missing, pod_finished or pod_recreated (status.reservedFor names a pod that is gone, finished, or now has another UID), owner_missing (a generated claim outlives its pod), or allocated_unreserved (allocated, reserved for nobody past the grace period). One series per reservation and allocated device (device empty for an unallocated claim): a 4-GPU claim reserved for two gone pods has 8; count leaked devices with count by (namespace, claim, device). pod_finished includes a pod deleted before it was bound. 1 while leaked.")
+	doc("reason pod_missing, pod_finished or pod_recreated (status.reservedFor names a pod that is gone, finished, or now has another UID), owner_missing (a generated claim outlives its pod), allocated_unreserved (allocated, reserved for nobody past the grace period), or pod_stuck_terminating (reserved for a bound pod deleted and past its deadline by the grace period with no container running: the kubelet cannot finish it, typically the driver's NodeUnprepareResources failing). One series per reservation and allocated device (device empty for an unallocated claim): a 4-GPU claim reserved for two gone pods has 8; count leaked devices with count by (namespace, claim, device). pod_finished includes a pod deleted before it was bound. 1 while leaked.")
 
 type leakCollector struct {
 	grace time.Duration

@@ -34,7 +34,8 @@ type clockBound interface {
 }
 
 // The leak collector's answer changes with the clock only when an
-// allocated, unreserved claim passes its grace period.
+// allocated, unreserved claim passes its grace period, or a pod in deletion
+// passes its deadline by it.
 func (c leakCollector) stableUntil(s *index.Snapshot, now time.Time) time.Time {
 	return classify.LeaksChangeAt(s, now, c.grace)
 }
@@ -65,7 +66,9 @@ func (heldCollector) reads() index.Kinds {
 func (laneCollector) reads() index.Kinds { return capacityReads }
 func (*podCollector) reads() index.Kinds { return index.KindsOf(index.KindPod, index.KindClass) }
 func (leakCollector) reads() index.Kinds {
-	return index.DeviceKinds | index.KindsOf(index.KindPlacement) // a device's node
+	// a device's node; a deleted pod's containers stopping is a placement
+	// change (index.KindPlacement)
+	return index.DeviceKinds | index.KindsOf(index.KindPlacement)
 }
 
 // capacityReads are what the capacity families read: devices, nodes, and

@@ -84,5 +84,17 @@ func gpuAttribution() *dashboard.DashboardBuilder {
 					fmt.Sprintf(`count(dra_gpu_utilization_ratio{%s})`, nodes),
 					fmt.Sprintf(`count(gpu_uuid:dcgm_gpu_utilization:ratio and on (gpu_uuid) dra_device_info{%s})`, nodes)), "with telemetry"),
 				query("B", fmt.Sprintf(`count(dra_device_info{%s, gpu_uuid!="", parent_gpu_uuid=""})`, nodes), "published"),
-			)...))
+			)...)).
+		WithRow(row("dcgm-exporter's DRA labels (source dcgm-exporter; no node agent needed)")).
+		WithPanel(timeSeries("GPU utilisation per claim device (dcgm-exporter DRA labels)", "percentunit",
+			"dcgm-exporter 4.8.3+ with KUBERNETES_ENABLE_DRA names the claim device (dra_claim_name, dra_pool_name, dra_device_name) it read from the kubelet; rules/gpu.yaml keeps one series per claim device (the max of its per-container copies, never their sum). It should match the UUID join above; a claim device here and not there: the slice publishes no uuid attribute. MIG devices are left out: dcgm-exporter labels every instance of the parent GPU with every pod on it.",
+			false, targets(query("A", bySource("", fmt.Sprintf(`namespace_claim_device:dcgm_dra_gpu_utilization:ratio{%s}`, match("cluster", "namespace"))),
+				"{{namespace}}/{{claim}} {{pool}} {{device}}"))...).Max(1)).
+		WithPanel(timeSeries("GPU utilisation per device class (dcgm-exporter DRA labels)", "percentunit",
+			"Mean utilisation of the allocated devices of each DeviceClass that dcgm-exporter reports, the class read from dra_claim_allocation_info. A class near 0 is capacity bought and unused.",
+			false, targets(query("A", bySource("", fmt.Sprintf(`device_class:dcgm_dra_gpu_utilization:avg{%s}`, match("cluster"))), "{{device_class}}"))...).Max(1)).
+		WithPanel(tablePanel("Devices shared by several pods (dcgm-exporter DRA labels)", "short",
+			"Devices whose use dcgm-exporter copies onto more than one pod (a shared claim, or claims sharing a device): their use belongs to no single pod, so no per-pod series is recorded for them (namespace_pod_claim:dcgm_dra_gpu_utilization:ratio has only sole holders). The node agent attributes memory per pod on these.",
+			value("pods"), []string{"job", "instance"},
+			targets(instant("A", bySource("", fmt.Sprintf(`driver_pool_device:dcgm_dra_pods:count{%s} > 1`, match("cluster")))))...).Span(12))
 }

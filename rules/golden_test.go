@@ -230,6 +230,8 @@ func expectedGoldenAlerts(samples []sample) map[string]bool {
 			switch l := s.labels; {
 			case l["reason"] == "allocated_unreserved":
 				want[alertKey("DRAClaimAllocatedUnreserved", "warning", l)] = true
+			case l["reason"] == "pod_stuck_terminating" && l["device"] != "":
+				want[alertKey("DRAPodStuckTerminating", "warning", l)] = true
 			case l["device"] != "":
 				want[alertKey("DRAClaimReservationLeak", "critical", l)] = true
 			case l["reason"] == "owner_missing":

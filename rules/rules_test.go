@@ -40,6 +40,8 @@ var upstreamLabels = newSet(
 	"operation_name", "method_name", "grpc_status_code", // kubelet
 	"error_type",      // NVIDIA DRA driver
 	"extension_point", // kube-scheduler
+	// dcgm-exporter 4.8.3+ with KUBERNETES_ENABLE_DRA (internal/pkg/transformation/const.go)
+	"dra_claim_name", "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name", "dra_mig_device_uuid",
 )
 
 var (

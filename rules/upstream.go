@@ -35,6 +35,13 @@ var UpstreamMetrics = map[string]string{
 	"nvidia_dra_request_duration_seconds":    "histogram {driver, operation}",
 	"nvidia_dra_prepared_devices":            "gauge {node, driver, device_type}",
 
+	// Drivers on the kubernetes-sigs reference driver's metrics (dra-example-driver v0.4.0, pkg/metrics).
+	"dra_example_driver_prepare_claims_total":             "counter {result}",
+	"dra_example_driver_unprepare_claims_total":           "counter {result}",
+	"dra_example_driver_prepare_claim_duration_seconds":   "histogram {result}",
+	"dra_example_driver_unprepare_claim_duration_seconds": "histogram {result}",
+	"dra_example_driver_fatal_background_errors_total":    "counter",
+
 	// NVIDIA dcgm-exporter: labels gpu, UUID, pci_bus_id, modelName, Hostname or hostname.
 	"DCGM_FI_DEV_GPU_UTIL":    "dcgm-exporter gauge, percent",
 	"DCGM_FI_DEV_FB_USED":     "dcgm-exporter gauge, MiB",
@@ -49,6 +56,8 @@ var UpstreamHistograms = []string{
 	"dra_grpc_operations_duration_seconds",
 	"scheduler_plugin_execution_duration_seconds",
 	"nvidia_dra_request_duration_seconds",
+	"dra_example_driver_prepare_claim_duration_seconds",
+	"dra_example_driver_unprepare_claim_duration_seconds",
 }
 
 // MetricNames returns the metric name of every selector in expr ("" for a

@@ -38,6 +38,7 @@ var gpuOperatorKinds = []string{"clusterpolicies", "gpuclusters", "nvidiadrivers
 type bundleFlags struct {
 	out           string
 	kube          kubeTarget
+	namespace     string // "": every namespace
 	timeout       time.Duration
 	agentSelector string
 	agentPort     string
@@ -53,6 +54,8 @@ func bundleCmd(prog string, args []string, stdout, stderr io.Writer) int {
 	var f bundleFlags
 	app.Flag("output", "The bundle file to write (.tar.gz); - writes to standard output.").Short('o').Required().PlaceHolder("FILE").StringVar(&f.out)
 	kubeconfig, kubeContext := registerKubeconfig(app), registerContext(app)
+	app.Flag("namespace", "Save only this namespace's GPU pods, ResourceClaims and events, as kubectl's -n (default: every namespace); "+
+		"the cluster-scoped objects and the node agents are saved as without it.").Short('n').PlaceHolder("NAMESPACE").StringVar(&f.namespace)
 	app.Flag("timeout", "Time allowed for the whole collection.").Default("2m").DurationVar(&f.timeout)
 	app.Flag("agent.selector", "Label selector of the node agent pods (every namespace) whose /metrics are saved; empty reads none.").
 		Default("app.kubernetes.io/name=dra-exporter,app.kubernetes.io/component=node-agent").StringVar(&f.agentSelector)
@@ -160,13 +163,13 @@ func collect(ctx context.Context, rc *rest.Config, f bundleFlags, w *bundle.Writ
 	} else {
 		addList(w, "devicetaintrules", "resource.k8s.io/v1", "DeviceTaintRule", l.Items)
 	}
-	if l, err := client.ResourceV1().ResourceClaims("").List(ctx, all); err != nil {
+	if l, err := client.ResourceV1().ResourceClaims(f.namespace).List(ctx, all); err != nil {
 		w.Fail("resourceclaims", err)
 	} else {
 		addList(w, "resourceclaims", "resource.k8s.io/v1", "ResourceClaim", l.Items)
 	}
 	gpuPods := map[string]bool{}
-	if l, err := client.CoreV1().Pods("").List(ctx, all); err != nil {
+	if l, err := client.CoreV1().Pods(f.namespace).List(ctx, all); err != nil {
 		w.Fail("pods", err)
 	} else {
 		var keep []corev1.Pod
@@ -178,7 +181,7 @@ func collect(ctx context.Context, rc *rest.Config, f bundleFlags, w *bundle.Writ
 		}
 		addList(w, "pods", "v1", "Pod", keep)
 	}
-	if l, err := client.CoreV1().Events("").List(ctx, all); err != nil {
+	if l, err := client.CoreV1().Events(f.namespace).List(ctx, all); err != nil {
 		w.Fail("events", err)
 	} else {
 		var keep []corev1.Event
@@ -401,10 +404,39 @@ func podAgent(client kubernetes.Interface, p corev1.Pod, port string, direct boo
 		return t
 	}
 	t.get = func(ctx context.Context) ([]byte, error) {
-		return client.CoreV1().RESTClient().Get().Namespace(p.Namespace).Resource("pods").
-			Name(p.Name + ":" + number).SubResource("proxy").Suffix("metrics").DoRaw(ctx)
+		// The agent answers the text format; the API server's own errors
+		// come as JSON (not the client's protobuf), so that they can be
+		// worded.
+		res := client.CoreV1().RESTClient().Get().Namespace(p.Namespace).Resource("pods").
+			Name(p.Name+":"+number).SubResource("proxy").Suffix("metrics").
+			SetHeader("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain))+", application/json;q=0.5").Do(ctx)
+		raw, err := res.Raw()
+		if err == nil {
+			return raw, nil
+		}
+		var code int
+		res.StatusCode(&code)
+		return nil, proxyError(code, raw, err)
 	}
 	return t
+}
+
+// proxyError words a failed read of an agent through the API server's
+// pods/proxy: client-go's error says only "unknown" for a response it
+// cannot decode, the API server's body says why.
+func proxyError(code int, body []byte, err error) error {
+	msg := strings.TrimSpace(string(body))
+	var status metav1.Status
+	if json.Unmarshal(body, &status) == nil && status.Message != "" {
+		msg = status.Message
+	}
+	if msg == "" {
+		msg = err.Error()
+	}
+	if code == http.StatusForbidden {
+		return fmt.Errorf("through the API server (pods/proxy): forbidden: %s (get on pods/proxy is needed: deploy/rbac/bundle-reader.yaml; or --agent.access=direct from inside the cluster)", msg)
+	}
+	return fmt.Errorf("through the API server (pods/proxy): HTTP %d: %s", code, msg)
 }
 
 func netJoin(host, port string) string {

@@ -55,6 +55,12 @@ func TestKubeconfigHelpSaysTheSame(t *testing.T) {
 	if n < 5 {
 		t.Errorf("only %d commands have --kubeconfig, want serve, node, explain, gates, bundle", n)
 	}
+	// --context, where a command has it, is worded once too.
+	for _, c := range []string{"explain", "gates", "bundle"} {
+		if _, out, _ := runArgs(c, "--help"); !strings.Contains(norm(out), "--context=CONTEXT "+norm(contextHelp)) {
+			t.Errorf("%s --help words --context otherwise than %q:\n%s", c, contextHelp, out)
+		}
+	}
 }
 
 // TestPluginNamespaceAndContext: kubectl hands "-n NS" and "--context C" to

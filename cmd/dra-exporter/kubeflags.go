@@ -16,14 +16,21 @@ import (
 // kubeconfigHelp is the order kube.RESTConfig tries.
 const kubeconfigHelp = "Path to a kubeconfig (default: $KUBECONFIG, else the in-cluster config, else ~/.kube/config)."
 
-func registerKubeconfig(app *kingpin.Application) *string {
-	return app.Flag("kubeconfig", kubeconfigHelp).PlaceHolder("PATH").String()
+// kubeconfigFlag is --kubeconfig, defined here once for every command.
+func kubeconfigFlag(app *kingpin.Application) *kingpin.FlagClause {
+	return app.Flag("kubeconfig", kubeconfigHelp).PlaceHolder("PATH")
 }
+
+// contextHelp: kube.RESTConfig tries the in-cluster config only when
+// neither a kubeconfig nor a context is named.
+const contextHelp = "The kubeconfig context to use (default: its current context), as kubectl's --context; with it, the in-cluster config is not tried."
+
+func registerKubeconfig(app *kingpin.Application) *string { return kubeconfigFlag(app).String() }
 
 // registerContext is kubectl's --context, which kubectl hands a plugin
 // untouched.
 func registerContext(app *kingpin.Application) *string {
-	return app.Flag("context", "The kubeconfig context to use (default: its current context), as kubectl's --context.").PlaceHolder("CONTEXT").String()
+	return app.Flag("context", contextHelp).PlaceHolder("CONTEXT").String()
 }
 
 // registerNamespace is kubectl's -n, which kubectl hands a plugin

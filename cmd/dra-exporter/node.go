@@ -103,7 +103,7 @@ func (f *nodeFlags) register(app *kingpin.Application) {
 	app.Flag("proc-root", "The host's /proc: GPU processes map to pods through <root>/<pid>/cgroup. The container's own /proc shows the host's processes only with hostPID (checked: dra_node_host_processes_visible). Empty disables the process join.").
 		Default("/proc").StringVar(&f.procRoot)
 	app.Flag("claim.refresh-interval", "How often the claims of the node's pods are fetched again (also on every pod change).").Default("30s").DurationVar(&f.claimRefresh)
-	app.Flag("kubeconfig", kubeconfigHelp).PlaceHolder("PATH").StringVar(&f.kubeconfig)
+	kubeconfigFlag(app).StringVar(&f.kubeconfig)
 	app.Flag("kube.probe-interval", "How often to probe the API server's /readyz (dra_exporter_apiserver_up).").Default("15s").DurationVar(&f.probeInterval)
 	registerDevicePluginResources(app, &f.devicePlugin)
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // flagPages are the reference pages that document each command's flags.
@@ -109,4 +111,120 @@ func TestREADMEGoVersionMatchesGoMod(t *testing.T) {
 	if string(goLine[1]) != string(required[1]) {
 		t.Errorf("README requires Go %s, go.mod says go %s", required[1], goLine[1])
 	}
+}
+
+// readmeSample is a README block "$ COMMAND" followed by its output.
+type readmeSample struct {
+	args   []string // after the program and the command
+	output string
+}
+
+// readmeSamples returns the README's ```text blocks that start with "$ "
+// and run cmd (as dra-exporter or kubectl dra-exporter).
+func readmeSamples(t *testing.T, readme, cmd string) []readmeSample {
+	t.Helper()
+	var out []readmeSample
+	for _, m := range regexp.MustCompile("(?s)```text\n\\$ ([^\n]*)\n(.*?)```").FindAllStringSubmatch(readme, -1) {
+		f := strings.Fields(m[1])
+		for len(f) > 0 && (f[0] == "kubectl" || f[0] == "dra-exporter" || strings.HasSuffix(f[0], "/dra-exporter")) {
+			f = f[1:]
+		}
+		if len(f) > 0 && f[0] == cmd {
+			out = append(out, readmeSample{args: f[1:], output: m[2]})
+		}
+	}
+	return out
+}
+
+// sampleFlags splits a sample's arguments into its flags (by long name,
+// -l and -n as their long names) and its positional arguments, and fails
+// on a flag the command's --help does not list.
+func sampleFlags(t *testing.T, cmd string, args []string) (map[string]string, []string) {
+	t.Helper()
+	_, help, _ := runArgs(cmd, "--help")
+	known := map[string]bool{}
+	for _, f := range helpFlag.FindAllStringSubmatch(help, -1) {
+		known[f[2]] = true
+	}
+	flags, positional := map[string]string{}, []string(nil)
+	short := map[string]string{"-l": "selector", "-n": "namespace", "-o": "output"}
+	for i := 0; i < len(args); i++ {
+		name, ok := strings.CutPrefix(args[i], "--")
+		if !ok {
+			if name, ok = short[args[i]]; !ok {
+				positional = append(positional, args[i])
+				continue
+			}
+		}
+		if !known[name] {
+			t.Errorf("the README's %s sample passes --%s, which %s --help does not list", cmd, name, cmd)
+		}
+		if i+1 < len(args) {
+			flags[name] = args[i+1]
+			i++
+		}
+	}
+	return flags, positional
+}
+
+// TestREADMESamplesMatchTheirCommands: the README's explain and gates
+// samples print what the command above each asks for: explain the pod it
+// names; gates the namespace, selector, Prometheus, window and number of
+// evaluations its flags give, pods of that namespace only, and a verdict
+// over that window. Every flag it passes is one the command has.
+func TestREADMESamplesMatchTheirCommands(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(raw)
+	explains, gatesSamples := readmeSamples(t, readme, "explain"), readmeSamples(t, readme, "gates")
+	if len(explains) == 0 || len(gatesSamples) == 0 {
+		t.Fatalf("the README has %d explain and %d gates samples, want both", len(explains), len(gatesSamples))
+	}
+	for _, s := range explains {
+		_, pos := sampleFlags(t, "explain", s.args)
+		if len(pos) != 1 || !strings.HasPrefix(s.output, "Pod "+pos[0]+" (uid ") {
+			t.Errorf("the README's explain %v prints:\n%s", s.args, firstLine(s.output))
+		}
+	}
+	for _, s := range gatesSamples {
+		flags, pos := sampleFlags(t, "gates", s.args)
+		ns := flags["namespace"]
+		if len(pos) == 1 {
+			ns = pos[0]
+		}
+		window, err := time.ParseDuration(flags["window"])
+		if err != nil {
+			t.Fatalf("the README's gates sample: --window %q: %v", flags["window"], err)
+		}
+		step := max(window/30, time.Second).Truncate(time.Second)
+		if flags["step"] != "" {
+			if step, err = time.ParseDuration(flags["step"]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := []string{
+			"Rollout gates of namespace " + ns + selectorNote(flags["selector"]) + " at ",
+			fmt.Sprintf("from %s, window %s (%d evaluations)\n", flags["prometheus.url"], window, int(window/step)+1),
+		}
+		for _, w := range want {
+			if !strings.Contains(s.output, w) {
+				t.Errorf("the README's gates %v: its output lacks %q:\n%s", s.args, w, s.output)
+			}
+		}
+		for _, m := range regexp.MustCompile(`(?m)^(?:Pod |  )(\S+)/\S+ \(uid `).FindAllStringSubmatch(s.output, -1) {
+			if m[1] != ns {
+				t.Errorf("the README's gates %v lists a pod of namespace %s", s.args, m[1])
+			}
+		}
+		if v := regexp.MustCompile(`(?m)^Verdict: PASS: .* for the whole window \((\S+)\)`).FindStringSubmatch(s.output); v != nil && v[1] != window.String() {
+			t.Errorf("the README's gates sample asks for --window %s, its verdict speaks of %s", window, v[1])
+		}
+	}
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }

@@ -14,6 +14,9 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"sigs.k8s.io/yaml"
 )
 
@@ -41,7 +44,7 @@ var renders = []struct {
 }{
 	{"default", nil},
 	{"sharded", []string{"exporter.shards=3"}},
-	{"no-hostpid-nonroot-agent", []string{"nodeAgent.hostPID=false", "nodeAgent.runAsUser=65534", "nodeAgent.dcgm.hostengineAddress=nvidia-dcgm:5555"}},
+	{"no-hostpid-nonroot-agent", []string{"nodeAgent.hostPID=false", "nodeAgent.runAsUser=65534", "nodeAgent.dcgm.hostengineAddress=nvidia-dcgm.gpu-operator.svc:5555"}},
 	{"agent-own-placement", []string{"nodeAgent.affinity=null", "nodeAgent.nodeSelector.nvidia\\.com/gpu\\.present=true", "nodeAgent.tolerations=null", "nodeAgent.priorityClassName="}},
 	{"no-crds", []string{"serviceMonitor.enabled=false", "prometheusRule.enabled=false", "dashboards.enabled=false", "exporter.podDisruptionBudget.enabled=false"}},
 	{"exporter-only", []string{"nodeAgent.enabled=false", "fullnameOverride=dra", "exporter.extraArgs={--pod.labels-allowlist=team}"}},
@@ -359,7 +362,7 @@ func TestDefaultRender(t *testing.T) {
 			t.Errorf("agent arg %s: the binary's default /proc is what the process join reads, with or without hostPID", w)
 		}
 	}
-	if env := envOf(c); env["NVIDIA_VISIBLE_DEVICES"] != "all" || env["NVIDIA_DRIVER_CAPABILITIES"] != "utility" {
+	if env := envOf(c); env["NVIDIA_VISIBLE_DEVICES"] != "all" || env["NVIDIA_DRIVER_CAPABILITIES"] != "compute,utility" {
 		t.Errorf("agent env %v: NVML needs the driver and the GPUs from the NVIDIA container runtime", env)
 	}
 	if img := Get(c, "image"); !strings.HasPrefix(fmt.Sprint(img), "ghcr.io/dra-exporter/dra-exporter-node-agent:") {
@@ -424,7 +427,7 @@ func TestHostPIDRender(t *testing.T) {
 	if Get(off, "hostPID") != nil {
 		t.Error("nodeAgent.hostPID=false still shares the host's PID namespace")
 	}
-	objs := render(t, "nodeAgent.dcgm.hostengineAddress=nvidia-dcgm:5555")
+	objs := render(t, "nodeAgent.dcgm.hostengineAddress=nvidia-dcgm.gpu-operator.svc:5555")
 	ds := byKind(objs, "DaemonSet")[0]
 	pod := Get(ds.Obj, "spec", "template", "spec")
 	if Get(pod, "hostPID") != true {
@@ -432,7 +435,7 @@ func TestHostPIDRender(t *testing.T) {
 	}
 	c := container(t, ds)
 	a := args(c)
-	if !slices.Contains(a, "--dcgm.hostengine-address=nvidia-dcgm:5555") {
+	if !slices.Contains(a, "--dcgm.hostengine-address=nvidia-dcgm.gpu-operator.svc:5555") {
 		t.Errorf("args %v lack the host engine's address", a)
 	}
 	for _, m := range asList(Get(c, "volumeMounts")) {
@@ -442,6 +445,49 @@ func TestHostPIDRender(t *testing.T) {
 	}
 	if env := envOf(c); env["NVIDIA_VISIBLE_DEVICES"] != "all" {
 		t.Errorf("env %v: with a standalone host engine the agent still reads NVML (processes, MIG devices)", env)
+	}
+}
+
+// image.registry moves both images to the registry `make push REGISTRY=`
+// pushed them to, keeping each repository's last element and the tag
+// (v0.1.0 below stands for the chart's appVersion).
+func TestImageRegistryRender(t *testing.T) {
+	// The tag defaults to the chart's appVersion; the render's own labels say it.
+	var tag string
+	images := func(values ...string) [2]any {
+		objs := render(t, values...)
+		d := byKind(objs, "Deployment")[0]
+		tag = fmt.Sprint(Get(d.Obj, "metadata", "labels", "app.kubernetes.io/version"))
+		return [2]any{Get(container(t, d), "image"), Get(container(t, byKind(objs, "DaemonSet")[0]), "image")}
+	}
+	for _, c := range []struct {
+		values []string
+		want   [2]any
+	}{
+		{nil, [2]any{"ghcr.io/dra-exporter/dra-exporter:v0.1.0", "ghcr.io/dra-exporter/dra-exporter-node-agent:v0.1.0"}},
+		{[]string{"image.registry=127.0.0.1:5000/dra"}, [2]any{"127.0.0.1:5000/dra/dra-exporter:v0.1.0", "127.0.0.1:5000/dra/dra-exporter-node-agent:v0.1.0"}},
+		{[]string{"image.registry=registry.example.com/", "nodeAgent.image.tag=v9", "image.repository=other/exporter"},
+			[2]any{"registry.example.com/exporter:v0.1.0", "registry.example.com/dra-exporter-node-agent:v9"}},
+	} {
+		got := images(c.values...)
+		for i := range c.want {
+			c.want[i] = strings.ReplaceAll(c.want[i].(string), "v0.1.0", tag)
+		}
+		if tag == "" || got != c.want {
+			t.Errorf("%v: images %v, want %v", c.values, got, c.want)
+		}
+	}
+}
+
+// An upgrade of the one-replica Deployment starts the new pod before it
+// stops the old one; a StatefulSet of shards has no such field.
+func TestRollingUpdateRender(t *testing.T) {
+	d := byKind(render(t), "Deployment")[0]
+	if s := Get(d.Obj, "spec", "strategy", "rollingUpdate"); fmt.Sprint(Get(s, "maxSurge"), Get(s, "maxUnavailable")) != "1 0" {
+		t.Errorf("the Deployment's rolling update %v, want maxSurge 1 and maxUnavailable 0", s)
+	}
+	if s := Get(byKind(render(t, "exporter.shards=2"), "StatefulSet")[0].Obj, "spec", "strategy"); s != nil {
+		t.Errorf("the StatefulSet has a Deployment's strategy: %v", s)
 	}
 }
 
@@ -685,6 +731,13 @@ func checkAgentPlacement(t *testing.T, pod any) {
 		"AKS":                    {map[string]string{"accelerator": "nvidia"}, true},
 		"a CPU node":             {map[string]string{"kubernetes.io/os": "linux", "feature.node.kubernetes.io/pci-8086.present": "true"}, false},
 		"GFD says no GPU":        {map[string]string{"nvidia.com/gpu.present": "false"}, false},
+		// The GPU Operator's upgrade controller restarting the driver: the
+		// agent leaves (it holds the device files), and returns after.
+		"driver restarting":     {map[string]string{"nvidia.com/gpu.present": "true", "nvidia.com/gpu-driver-upgrade-state": "pod-restart-required"}, false},
+		"GKE driver restarting": {map[string]string{"cloud.google.com/gke-accelerator": "nvidia-l4", "nvidia.com/gpu-driver-upgrade-state": "pod-restart-required"}, false},
+		"pods being evicted":    {map[string]string{"nvidia.com/gpu.present": "true", "nvidia.com/gpu-driver-upgrade-state": "pod-deletion-required"}, true},
+		"driver validated":      {map[string]string{"nvidia.com/gpu.present": "true", "nvidia.com/gpu-driver-upgrade-state": "validation-required"}, true},
+		"upgrade done":          {map[string]string{"nvidia.com/gpu.present": "true", "nvidia.com/gpu-driver-upgrade-state": "upgrade-done"}, true},
 	} {
 		if got := nodeMatches(terms, c.labels); got != c.want {
 			t.Errorf("%s node %v: agent scheduled %v, want %v", name, c.labels, got, c.want)
@@ -706,28 +759,22 @@ func checkAgentPlacement(t *testing.T, pod any) {
 	}
 }
 
-// nodeMatches evaluates required node affinity terms (ORed; their
-// expressions ANDed) against a node's labels, as the scheduler does for
-// the operators In and Exists.
+// nodeMatches evaluates required node affinity terms against a node's
+// labels with the scheduler's own matcher (component-helpers' nodeaffinity).
 func nodeMatches(terms []any, labels map[string]string) bool {
-	for _, term := range terms {
-		ok := true
-		for _, e := range asList(Get(term, "matchExpressions")) {
-			v, has := labels[fmt.Sprint(Get(e, "key"))]
-			switch Get(e, "operator") {
-			case "Exists":
-				ok = ok && has
-			case "In":
-				ok = ok && has && slices.Contains(asList(Get(e, "values")), any(v))
-			default:
-				ok = false
-			}
-		}
-		if ok {
-			return true
-		}
+	raw, err := json.Marshal(map[string]any{"nodeSelectorTerms": terms})
+	if err != nil {
+		panic(err)
 	}
-	return false
+	var sel corev1.NodeSelector
+	if err := json.Unmarshal(raw, &sel); err != nil {
+		panic(err)
+	}
+	m, err := nodeaffinity.NewNodeSelector(&sel)
+	if err != nil {
+		panic(fmt.Sprintf("the chart's node affinity does not parse: %v", err))
+	}
+	return m.Match(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: labels}})
 }
 
 // tolerated: some toleration matches the taint, as the scheduler matches.

@@ -608,6 +608,19 @@ func TestLeaks(t *testing.T) {
 		return Allocated(CreatedAt(Claim(name, "uid-"+name), T0.Add(-ago)), "node-1", T0.Add(-ago), results...)
 	}
 	nodeLess := Allocated(Claim("network-claim", "uid-net"), "", T0.Add(-time.Hour), gpu("gpu-1"))
+	// A pod deleted on its node whose containers have stopped, its deletion
+	// deadline ago long ago (the kubelet cannot unprepare its claim).
+	stuck := func(name string, ago time.Duration) *corev1.Pod {
+		p := Running(Bound(WithNamedClaim(Pod(name, "uid-"+name), "gpu", name+"-claim"), "node-1"))
+		p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}
+		p.DeletionTimestamp = Ptr(metav1.NewTime(T0.Add(-ago)))
+		return p
+	}
+	stuckRunning := stuck("still-running", time.Hour)
+	stuckRunning.Status.ContainerStatuses = append(stuckRunning.Status.ContainerStatuses,
+		corev1.ContainerStatus{Name: "sidecar", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})
+	stuckFinalizer := stuck("finalized", time.Hour)
+	stuckFinalizer.Finalizers = []string{"example.com/hold"}
 
 	tests := []struct {
 		name string
@@ -643,6 +656,11 @@ func TestLeaks(t *testing.T) {
 				{"two-gpus", "gone", "uid-gone", "node-1", "gpu-0", classify.LeakPodMissing},
 				{"two-gpus", "gone", "uid-gone", "node-1", "gpu-1", classify.LeakPodMissing},
 			}},
+		{"pod_stuck_terminating past the grace period", []any{stuck("stuck", 10*time.Minute), ReservedFor(allocatedAgo("stuck-claim", time.Hour, gpu("gpu-0")), stuck("stuck", 10*time.Minute))},
+			[]leakRow{{"stuck-claim", "stuck", "uid-stuck", "node-1", "gpu-0", classify.LeakPodStuckTerminating}}},
+		{"deleted, containers stopped, within the grace period", []any{stuck("slow", 2*time.Minute), ReservedFor(allocatedAgo("slow-claim", time.Hour, gpu("gpu-0")), stuck("slow", 2*time.Minute))}, nil},
+		{"deleted past the deadline, a container still running", []any{stuckRunning, ReservedFor(allocatedAgo("still-running-claim", time.Hour, gpu("gpu-0")), stuckRunning)}, nil},
+		{"deleted past the deadline, held by a finalizer", []any{stuckFinalizer, ReservedFor(allocatedAgo("finalized-claim", time.Hour, gpu("gpu-0")), stuckFinalizer)}, nil},
 		{"node from the device when the allocation has no node selector", []any{nodeLess},
 			[]leakRow{{"network-claim", "", "", "node-1", "gpu-1", classify.LeakUnreserved}}},
 		{"reservation by a non-pod consumer is not a pod leak", []any{func() *resourceapi.ResourceClaim {
@@ -667,6 +685,28 @@ func TestLeaks(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// LeaksChangeAt wakes the exporter when a pod in deletion, stopped on its
+// node, passes its deadline by the grace period: no event marks that moment.
+func TestLeaksChangeAtStuckTerminating(t *testing.T) {
+	const grace = 5 * time.Minute
+	p := Running(Bound(WithNamedClaim(Pod("slow", "uid-slow"), "gpu", "slow-claim"), "node-1"))
+	p.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Completed"}}
+	deadline := T0.Add(-2 * time.Minute)
+	p.DeletionTimestamp = Ptr(metav1.NewTime(deadline))
+	c := ReservedFor(Allocated(CreatedAt(Claim("slow-claim", "uid-slow-claim"), T0.Add(-time.Hour)), "node-1", T0.Add(-time.Hour), Result("gpu", "node-1", "gpu-0")), p)
+	s := snapshotOf(t, world(p, c)...)
+	if leaks := classify.Leaks(s, T0, grace); len(leaks) != 0 {
+		t.Fatalf("within the grace period: %+v", leaks)
+	}
+	at := classify.LeaksChangeAt(s, T0, grace)
+	if want := deadline.Add(grace); at.Before(want) || at.After(want.Add(time.Second)) {
+		t.Fatalf("LeaksChangeAt = %s, want just after %s", at, want)
+	}
+	if leaks := classify.Leaks(s, at, grace); len(leaks) != 1 || leaks[0].Reason != classify.LeakPodStuckTerminating {
+		t.Fatalf("at %s: %+v, want one pod_stuck_terminating", at, leaks)
 	}
 }
 

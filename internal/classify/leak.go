@@ -28,10 +28,34 @@ const (
 	// LeakUnreserved: an allocated claim has reserved nobody for longer
 	// than the grace period: a GPU held for no pod.
 	LeakUnreserved LeakReason = "allocated_unreserved"
+	// LeakPodStuckTerminating: status.reservedFor names a bound pod whose
+	// deletion deadline passed longer ago than the grace period, none of
+	// whose containers runs: the kubelet cannot finish it, typically because
+	// the driver's NodeUnprepareResources keeps failing (kubernetes#139772),
+	// and the resourceclaim controller keeps the reservation until it is gone.
+	LeakPodStuckTerminating LeakReason = "pod_stuck_terminating"
 )
 
 // LeakReasons lists every leak reason.
-var LeakReasons = []LeakReason{LeakPodMissing, LeakPodFinished, LeakPodRecreated, LeakOwnerMissing, LeakUnreserved}
+var LeakReasons = []LeakReason{LeakPodMissing, LeakPodFinished, LeakPodRecreated, LeakOwnerMissing, LeakUnreserved, LeakPodStuckTerminating}
+
+// stuckSince returns when a bound pod in deletion became stuck (its
+// deletion deadline: deletionTimestamp is the time of the delete plus the
+// pod's grace period), and whether it is such a pod: deleted, bound, and
+// running no container. Finalizers are not the kubelet's: a pod held by one
+// is not stuck here.
+func stuckSince(p *index.Pod) (time.Time, bool) {
+	o := p.Obj
+	if o.DeletionTimestamp == nil || o.Spec.NodeName == "" || len(o.Finalizers) > 0 {
+		return time.Time{}, false
+	}
+	for _, c := range o.Status.ContainerStatuses {
+		if c.State.Running != nil {
+			return time.Time{}, false
+		}
+	}
+	return o.DeletionTimestamp.Time, true
+}
 
 // Leak is one leaked reservation or allocation, per allocated device.
 type Leak struct {
@@ -73,7 +97,12 @@ func Leaks(s *index.Snapshot, now time.Time, grace time.Duration) []Leak {
 				// it was bound, it never runs.
 				reason, detail = LeakPodFinished, fmt.Sprintf("reserved for pod %s, which was deleted before it was bound", r.Name)
 			default:
-				continue
+				since, stuck := stuckSince(p)
+				if !stuck || now.Sub(since) <= grace {
+					continue
+				}
+				reason, detail = LeakPodStuckTerminating, fmt.Sprintf("reserved for pod %s on node %s, deleted and past its deadline since %s (%s) with no container running: the kubelet cannot finish it (a failing NodeUnprepareResources of the driver keeps it, kubernetes#139772)",
+					r.Name, p.Obj.Spec.NodeName, since.UTC().Format(time.RFC3339), now.Sub(since).Round(time.Second))
 			}
 			reported = append(reported, r.UID)
 			out = append(out, perDevice(s, c, Leak{Claim: c, Pod: r.Name, PodUID: r.UID, Reason: reason, Detail: detail})...)
@@ -121,12 +150,28 @@ func perDevice(s *index.Snapshot, c *index.Claim, l Leak) []Leak {
 
 // LeaksChangeAt returns the first time after now at which Leaks would
 // answer differently for the same snapshot: when the earliest allocated,
-// unreserved claim still within its grace period passes it. The zero time
+// unreserved claim still within its grace period passes it, or a bound pod
+// in deletion passes its deadline by the grace period. The zero time
 // means never (only a change to the index can change the answer).
 func LeaksChangeAt(s *index.Snapshot, now time.Time, grace time.Duration) time.Time {
 	var at time.Time
+	earliest := func(end time.Time) {
+		if end.After(now) && (at.IsZero() || end.Before(at)) {
+			at = end
+		}
+	}
 	for _, c := range s.Claims {
-		if !c.Allocated() || len(c.Obj.Status.ReservedFor) != 0 || !s.Owns(c.Key.Namespace) {
+		if !s.Owns(c.Key.Namespace) {
+			continue
+		}
+		for _, r := range c.Obj.Status.ReservedFor {
+			if p := s.Pod(index.Key{Namespace: c.Key.Namespace, Name: r.Name}); p != nil && p.UID == r.UID {
+				if since, stuck := stuckSince(p); stuck {
+					earliest(since.Add(grace).Add(time.Nanosecond))
+				}
+			}
+		}
+		if !c.Allocated() || len(c.Obj.Status.ReservedFor) != 0 {
 			continue
 		}
 		end := s.UnreservedSince(c).Add(grace)

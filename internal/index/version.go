@@ -33,7 +33,9 @@ const (
 	// claim's status.devices (the driver's device status) or of a pod's
 	// conditions and container statuses (readiness, restarts, the
 	// kubelet's device health): the most frequent writes of a running
-	// cluster, which only that claim's and that pod's own series read.
+	// cluster, which only that claim's and that pod's own series read. A
+	// pod in deletion's container statuses do count: whether one still runs
+	// decides whether its reservation leaks.
 	KindPlacement
 	kindCount
 )
@@ -74,8 +76,15 @@ func samePlacement(a, b any) bool {
 			return false
 		}
 		ac, bc := *a, *b
+		// A pod in deletion holds its devices while a container runs, and
+		// is stuck once none does (leak pod_stuck_terminating): there its
+		// container statuses are placement. They change little by then.
+		deleting := a.DeletionTimestamp != nil || b.DeletionTimestamp != nil
 		for _, p := range []*corev1.Pod{&ac, &bc} {
-			p.Status.Conditions, p.Status.ContainerStatuses, p.Status.InitContainerStatuses = nil, nil, nil
+			p.Status.Conditions = nil
+			if !deleting {
+				p.Status.ContainerStatuses, p.Status.InitContainerStatuses = nil, nil
+			}
 		}
 		return sameContent(&ac, &bc)
 	}

@@ -109,6 +109,11 @@ func (t Trimmer) pod(in *corev1.Pod) *corev1.Pod {
 		// A ReplicaSet's pods name the same owner.
 		out.OwnerReferences[i].Name = intern(out.OwnerReferences[i].Name)
 	}
+	if in.DeletionTimestamp != nil && len(in.Finalizers) > 0 {
+		// A pod in deletion held by a finalizer is its owner's to finish,
+		// not stuck on its devices (leak pod_stuck_terminating).
+		out.Finalizers = slices.Clone(in.Finalizers)
+	}
 	out.Spec.NodeName = intern(in.Spec.NodeName)
 	out.Spec.ResourceClaims = slices.Clone(in.Spec.ResourceClaims)
 	for i := range out.Spec.ResourceClaims {

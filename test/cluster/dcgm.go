@@ -2,8 +2,6 @@ package cluster
 
 import (
 	_ "embed"
-	"fmt"
-	"net"
 	"net/http"
 )
 
@@ -26,18 +24,7 @@ type StaticTarget struct {
 
 // ServeStatic serves body on 127.0.0.1 at a free port until Stop.
 func ServeStatic(body []byte) (*StaticTarget, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("listen: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		_, _ = w.Write(body)
-	})
-	s := &StaticTarget{Addr: ln.Addr().String(), srv: &http.Server{Handler: mux}}
-	go func() { _ = s.srv.Serve(ln) }()
-	return s, nil
+	return ServeFunc(func() ([]byte, error) { return body, nil })
 }
 
 // Stop stops serving.

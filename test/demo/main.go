@@ -8,8 +8,11 @@
 // them (test/node: a real kubelet, containerd and the dra-example-driver)
 // with real pods through each gate: one that runs, a negative control and a
 // prepare failure; the demo then runs inside the node's namespaces and the
-// machine's loopback forwards its URLs. It runs until interrupted. `make
-// demo` builds what is missing and runs it.
+// machine's loopback forwards its URLs. It prints commands to try, each
+// with what it prints and its exit status, among them a `gates` example
+// that passes and one that fails on the simulated nodes and on the real
+// node (test/e2e's TestDemoPrintedCommands runs them). It runs until
+// interrupted. `make demo` builds what is missing and runs it.
 package main
 
 import (
@@ -24,6 +27,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/common/model"
+
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 	"github.com/dra-exporter/dra-exporter/test/node"
 )
@@ -36,6 +41,7 @@ func main() {
 	realNode := flag.Bool("real-node", true, "add a real node (kubelet, containerd, dra-example-driver) where the machine allows it")
 	flag.Parse()
 	log.SetFlags(log.Ltime)
+	noRealNode := "--real-node=false"
 	if *realNode {
 		// Outside, RunWith re-executes the demo in the node's namespaces;
 		// inside, it prepares them and runs the demo there.
@@ -45,7 +51,7 @@ func main() {
 				log.Print("starting a real node (kubelet, containerd, dra-example-driver) in its own namespaces")
 			}
 			os.Exit(node.RunWith(node.RunOptions{Forward: true}, func(root string) int {
-				if err := run(*keep, *fastAlerts, root); err != nil {
+				if err := run(*keep, *fastAlerts, root, ""); err != nil {
 					log.Print(err)
 					return 1
 				}
@@ -53,8 +59,9 @@ func main() {
 			}))
 		}
 		log.Printf("no real node: %v; the simulated nodes run alone", err)
+		noRealNode = err.Error()
 	}
-	if err := run(*keep, *fastAlerts, ""); err != nil {
+	if err := run(*keep, *fastAlerts, "", noRealNode); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -79,8 +86,8 @@ func dashboardFiles() string {
 }
 
 // run runs the demo; root is the real node's folder when it runs inside
-// the node's namespaces, "" without a real node.
-func run(keep, fastAlerts bool, root string) error {
+// the node's namespaces, "" without a real node (noRealNode says why).
+func run(keep, fastAlerts bool, root, noRealNode string) error {
 	binDir, err := cluster.BinDir()
 	if err != nil {
 		return err
@@ -141,12 +148,20 @@ func run(keep, fastAlerts bool, root string) error {
 	}
 
 	promURL, promBase := "(not started: run `make tools` to build Prometheus)", ""
+	var promStarted time.Time
 	rules, _ := filepath.Glob("rules/*.yaml")
 	if bin := os.Getenv(cluster.EnvPrometheus); bin != "" {
 		if _, err := os.Stat(bin); err == nil {
 			// The simulated GPUs have no dcgm-exporter: a recorded page of one
-			// feeds the GPU recording rules and dashboards.
-			dcgm, err := cluster.ServeStatic(cluster.DCGMExposition)
+			// feeds the GPU recording rules and dashboards, labelled as its
+			// DRA mode labels it from the demo's running pods.
+			dcgm, err := cluster.ServeFunc(func() ([]byte, error) {
+				holders, err := cluster.DRAHolders(ctx, cp.Client)
+				if err != nil {
+					return nil, err
+				}
+				return cluster.DCGMWithDRA(cluster.DCGMExposition, holders)
+			})
 			if err != nil {
 				return err
 			}
@@ -167,6 +182,7 @@ func run(keep, fastAlerts bool, root string) error {
 			}
 			defer prom.Stop()
 			promURL, promBase = prom.URL+"/api/v1/alerts", prom.URL
+			promStarted = time.Now()
 		}
 	}
 
@@ -186,6 +202,7 @@ func run(keep, fastAlerts bool, root string) error {
 				return err
 			}
 		}
+		time.Sleep(node.ForwardDelay) // the URLs printed below answer when pasted
 		if apiServer, err = localhostKubeconfig(adminConfig); err != nil {
 			return err
 		}
@@ -196,40 +213,71 @@ func run(keep, fastAlerts bool, root string) error {
 		exporterConfig = strings.TrimSuffix(exporterConfig, ".kubeconfig") + ".localhost.kubeconfig"
 	}
 
+	cli := relative(exporter)
+	kc := "--kubeconfig " + exporterConfig
 	fmt.Printf(`
 dra-exporter demo is running (Ctrl-C to stop)
 
   API server        %s   (admin kubeconfig: %s)
   exporter metrics  %s/metrics
-  node agents       %s   (one per simulated node, /metrics)
+  node agents       %s   (one per node, /metrics)
   readiness         %s/readyz
   Prometheus alerts %s
   working dir       %s
   Grafana dashboards %s
                     (import them into a Grafana whose Prometheus data source points at Prometheus; see dashboards/README.md)
 
-Try:
-  curl -s %s/metrics | grep -E '^dra_pod_blocked|^dra_claim_reservation_leak'
-  curl -s http://%s/metrics | grep -E '^dra_gpu_(holder_info|utilization_ratio)'
-  bin/dra-exporter explain --kubeconfig %s %s/negative-control
-  bin/dra-exporter explain --kubeconfig %s %s/llm-canary
-
-`, apiServer, adminConfig, exp.URL, strings.Join(agentTargets, " "), exp.URL, promURL, dir, dashboardFiles(), exp.URL, agentTargets[0], exporterConfig, ns, exporterConfig, ns)
+`, apiServer, adminConfig, exp.URL, strings.Join(agentTargets, " "), exp.URL, promURL, dir, dashboardFiles())
+	examples := []example{
+		{fmt.Sprintf("curl -s %s/metrics | grep -E '^dra_pod_blocked|^dra_claim_reservation_leak'", exp.URL), "the blocked pods, by layer and reason (exit 0)"},
+		{fmt.Sprintf("curl -s http://%s/metrics | grep -E '^dra_gpu_(holder_info|utilization_ratio)'", agentTargets[0]), "the pods holding gpu-node-1's GPUs, and how busy each is (exit 0)"},
+		{fmt.Sprintf("%s explain %s %s/llm-canary", cli, kc, ns), "READY (exit 0)"},
+		{fmt.Sprintf("%s explain %s %s/llm-prepare", cli, kc, ns), "BLOCKED node_prepare_failed, owned by the node layer (exit 1)"},
+		{fmt.Sprintf("%s explain %s %s/negative-control", cli, kc, ns), "HOLDS: its selector matches no device (exit 0)"},
+	}
+	gates, from := "", ""
+	if promBase != "" {
+		gates = fmt.Sprintf("%s gates %s --prometheus.url %s --window %s", cli, kc, promBase, model.Duration(gatesWindow))
+		// Every gate must have passed at every evaluation of the window:
+		// the first PASS comes a window after Prometheus' first
+		// evaluations, plus a scrape and a rule evaluation.
+		from = promStarted.Add(gatesWindow + gatesSettle).Format("15:04:05")
+		examples = append(examples,
+			example{fmt.Sprintf("%s %s -l app=llm-canary", gates, ns), "PASS: its api, node and workload gates for the whole window, the negative control held (exit 0), from " + from},
+			example{fmt.Sprintf("%s %s -l app=llm-prepare", gates, ns), "FAIL: gate node, prepare_failed, owned by the node/runtime owner (exit 1), from " + from},
+		)
+	}
+	fmt.Println("Try (each line works when pasted; its comment says what it prints, and its exit status):")
+	printExamples(examples)
+	if promBase == "" {
+		fmt.Println("  (the gates examples need Prometheus: make tools builds it)")
+	}
+	fmt.Println()
+	if real == nil {
+		fmt.Printf("No real node (%s): the examples above are the simulated nodes'. As root, make demo adds a real node\n"+
+			"(kubelet, containerd, dra-example-driver) with its own passing and failing examples.\n\n", noRealNode)
+	}
 	if real != nil {
-		fmt.Printf(`The real node %s (kubelet, containerd, dra-example-driver; logs in %s):
-  bin/dra-exporter explain --kubeconfig %s %s/canary           (allocated, prepared, running: READY)
-  bin/dra-exporter explain --kubeconfig %s %s/negative-control (its selector matches no device: stays Pending)
-  bin/dra-exporter explain --kubeconfig %s %s/prepare-failure  (the driver rejects its config: node_prepare_failed)
-  curl -s http://%s/metrics | grep -E '^dra_gpu_holder_info'
-`, realNodeName, real.node.Dir, exporterConfig, realNS, exporterConfig, realNS, exporterConfig, realNS, real.agentTarget())
-		if promBase != "" {
-			fmt.Printf(`  bin/dra-exporter gates --prometheus.url %s --window 1m %s -l app=canary
-                                        (the canary's three gates and the negative control: PASS once a minute has passed)
-`, promBase, realNS)
+		fmt.Printf("The real node %s (kubelet, containerd, dra-example-driver; logs in %s):\n", realNodeName, real.node.Dir)
+		examples := []example{
+			{fmt.Sprintf("%s explain %s %s/canary", cli, kc, realNS), "READY: allocated, prepared by the real kubelet and driver, running (exit 0)"},
+			{fmt.Sprintf("%s explain %s %s/prepare-failure", cli, kc, realNS), "BLOCKED node_prepare_failed: the driver rejects its config (exit 1)"},
+			{fmt.Sprintf("%s explain %s %s/negative-control", cli, kc, realNS), "HOLDS: its selector matches no device, it stays Pending (exit 0)"},
+			{fmt.Sprintf("curl -s http://%s/metrics | grep -E '^dra_gpu_(holder_info|pod_memory_used_bytes)'", real.agentTarget()), "the canary on its device, found by its container's cgroup (exit 0)"},
 		}
-		fmt.Println()
+		if gates != "" {
+			examples = append(examples,
+				example{fmt.Sprintf("%s %s -l app=canary", gates, realNS), "PASS: its three gates for the whole window, the negative control held (exit 0), from " + from},
+				example{fmt.Sprintf("%s %s -l app=prepare-failure", gates, realNS), "FAIL: gate node, prepare_failed, owned by the node/runtime owner (exit 1), from " + from},
+			)
+		}
+		printExamples(examples)
+		fmt.Printf("  The example driver's devices are not GPUs: the node agent's GPU telemetry is a recording (%s) that puts\n"+
+			"  the canary's container process (PID %d) on its device %s, %d%% busy; the rest of the workload gate is real.\n\n",
+			real.recording, real.canaryPID, real.canaryDevice, node.Busy)
 	}
 
+	fmt.Println(demoRunning)
 	churn(ctx, cp)
 	log.Print("stopping")
 	return nil
@@ -250,4 +298,43 @@ func churn(ctx context.Context, cp *cluster.ControlPlane) {
 			_ = cluster.ForceDelete(ctx, cp.Client, ns, n)
 		}
 	}
+}
+
+// demoRunning ends what the demo prints (its test reads up to it).
+const demoRunning = "Ctrl-C stops the demo."
+
+// gatesWindow is the window of the demo's gates examples, and gatesSettle
+// what the first evaluations take after Prometheus starts: the exporter's
+// and the agents' first scrapes, then the rules' first evaluation (5s
+// each).
+const (
+	gatesWindow = 30 * time.Second
+	gatesSettle = 20 * time.Second
+)
+
+// example is a command the demo prints, with what it prints and its exit
+// status as a shell comment, so that the line works when pasted. The demo's
+// test (test/e2e/demo_test.go) runs each line and holds it to the comment's
+// first word and "(exit N)".
+type example struct {
+	command, outcome string
+}
+
+func printExamples(examples []example) {
+	for _, e := range examples {
+		fmt.Printf("  %s\n      # %s\n", e.command, e.outcome)
+	}
+}
+
+// relative is path relative to the working directory when it lies below it
+// (bin/dra-exporter, as make demo builds it), else path.
+func relative(path string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return path
+	}
+	if rel, err := filepath.Rel(wd, path); err == nil && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return path
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -15,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/dra-exporter/dra-exporter/internal/gpu"
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 	"github.com/dra-exporter/dra-exporter/test/node"
 )
@@ -29,6 +27,11 @@ const (
 type realNode struct {
 	node  *node.Node
 	agent *cluster.Exporter
+	// recording is the agent's GPU source: the canary's container process
+	// (canaryPID) on its device (canaryDevice).
+	recording    string
+	canaryPID    int
+	canaryDevice string
 }
 
 // startRealNode starts the real node beside the simulated ones, its node
@@ -56,8 +59,8 @@ func startRealNode(ctx context.Context, cp *cluster.ControlPlane, root, exporter
 		r.stop()
 		return nil, err
 	}
-	recording := filepath.Join(root, "gpu.json")
-	if err := writeRecording(recording, slice); err != nil {
+	r.recording = filepath.Join(root, "gpu.json")
+	if err := r.recordCanary(ctx, cp, slice); err != nil {
 		r.stop()
 		return nil, err
 	}
@@ -67,7 +70,7 @@ func startRealNode(ctx context.Context, cp *cluster.ControlPlane, root, exporter
 		return nil, err
 	}
 	r.agent, err = cluster.StartNodeAgent(ctx, exporter, account, root, realNodeName,
-		"--gpu.source=recorded", "--gpu.recorded-file="+recording,
+		"--gpu.source=recorded", "--gpu.recorded-file="+r.recording,
 		"--kubelet.pod-resources-socket="+node.PodResourcesSocket, "--proc-root=/proc")
 	if err != nil {
 		r.stop()
@@ -133,25 +136,30 @@ func (r *realNode) stop() {
 	}
 }
 
-// writeRecording writes the real node agent's GPU source: one GPU per
-// device the driver publishes (the example driver's GPUs have no telemetry).
-func writeRecording(path string, slice *resourceapi.ResourceSlice) error {
-	rec := gpu.Recording{Comment: "the dra-example-driver's devices of the demo's real node (no telemetry: they are not GPUs)"}
-	for i, d := range slice.Spec.Devices {
-		g := gpu.RecordedGPU{Index: i, Fields: map[string]float64{"DCGM_FI_DEV_GPU_UTIL": 0}}
-		if a, ok := d.Attributes["uuid"]; ok && a.StringValue != nil {
-			g.UUID = *a.StringValue
-		}
-		if a, ok := d.Attributes["model"]; ok && a.StringValue != nil {
-			g.Product = *a.StringValue
-		}
-		rec.GPUs = append(rec.GPUs, g)
-	}
-	raw, err := json.MarshalIndent(rec, "", "  ")
+// recordCanary writes the agent's GPU recording with the canary's container
+// process on the device its claim was allocated, busy and holding memory,
+// as a GPU would report a workload that loaded its model: the workload gate
+// can then pass on the agent's evidence, as on a GPU node.
+func (r *realNode) recordCanary(ctx context.Context, cp *cluster.ControlPlane, slice *resourceapi.ResourceSlice) error {
+	pod, err := cp.Client.CoreV1().Pods(realNS).Get(ctx, "canary", metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, raw, 0o644)
+	if len(pod.Status.ResourceClaimStatuses) == 0 || pod.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+		return fmt.Errorf("the canary has no claim in its status: %+v", pod.Status.ResourceClaimStatuses)
+	}
+	claim, err := cp.Client.ResourceV1().ResourceClaims(realNS).Get(ctx, *pod.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if claim.Status.Allocation == nil || len(claim.Status.Allocation.Devices.Results) == 0 {
+		return fmt.Errorf("the canary's claim %s is not allocated", claim.Name)
+	}
+	r.canaryDevice = claim.Status.Allocation.Devices.Results[0].Device
+	if r.canaryPID, err = r.node.ContainerPID(ctx, pod, "workload"); err != nil {
+		return err
+	}
+	return node.WriteRecording(r.recording, slice, []node.GPUProcess{{Device: r.canaryDevice, PID: r.canaryPID, Bytes: 5 << 30}})
 }
 
 // forwardURL asks for the port of a loopback URL inside the node's

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/dra-exporter/dra-exporter/dashboards"
 	"github.com/dra-exporter/dra-exporter/test/cluster"
@@ -43,7 +44,16 @@ func TestDashboardsHaveDataOnTheDemo(t *testing.T) {
 	})
 	namespace(t, ns)
 
-	dcgm, err := cluster.ServeStatic(cluster.DCGMExposition)
+	// The recorded page as dcgm-exporter 4.8.3+ serves it with
+	// KUBERNETES_ENABLE_DRA: each held GPU's series copied per container,
+	// with the claim device the kubelet gave it (cluster.DCGMWithDRA).
+	dcgm, err := cluster.ServeFunc(func() ([]byte, error) {
+		holders, err := cluster.DRAHolders(ctx, c)
+		if err != nil {
+			return nil, err
+		}
+		return cluster.DCGMWithDRA(cluster.DCGMExposition, holders)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +104,8 @@ func TestDashboardsHaveDataOnTheDemo(t *testing.T) {
 		`dra_claim_release_duration_seconds_count{stage="deallocated"} > 0`,
 		`dra_claim_reservation_leak{reason="allocated_unreserved", namespace="` + ns + `"}`,
 		`namespace_claim_device:dcgm_gpu_utilization:ratio{namespace="` + ns + `"}`,
+		`namespace_claim_device:dcgm_dra_gpu_utilization:ratio{namespace="` + ns + `"}`,
+		`driver_pool_device:dcgm_dra_pods:count > 1`,
 		`dra_gpu_holder_info{namespace="` + ns + `", pod="reranker-b"}`,
 		`ALERTS{alertname="DRAGPUActivityOnUnallocatedGPU", alertstate="firing"}`,
 		`ALERTS{alertname="DRAGPUIsolationViolation", alertstate="firing", pod="gpu-debug"}`,
@@ -138,6 +150,7 @@ func TestDashboardsHaveDataOnTheDemo(t *testing.T) {
 		"namespace": ns, "device_class": cluster.GPUClass, "node": "gpu-node-1",
 	})
 	agreeWithRulesJoin(t, prom, ns, end)
+	draLabelsAgreeWithUUIDJoin(t, c, prom, ns, end)
 	sources := []string{dashboards.SourceDCGM, dashboards.SourceAgent}
 
 	var report, empty, unchecked []string
@@ -285,6 +298,94 @@ func agreeWithRulesJoin(t *testing.T, prom *cluster.Prometheus, ns string, at ti
 		}
 	}
 	t.Logf("node agents and rules agree on %d GPU holders", len(viaAgent))
+}
+
+// draLabelsAgreeWithUUIDJoin: the rules over dcgm-exporter's own DRA labels
+// (the claim device the kubelet names) give exactly the whole-GPU claim
+// devices of the demo's running pods, each with the value of the rules over
+// its GPU UUID (the claim allocations joined to the slices' uuid attribute);
+// per pod, only a device's sole holder gets a value, and the demo's shared
+// claim (two pods) gets none.
+func draLabelsAgreeWithUUIDJoin(t *testing.T, c kubernetes.Interface, prom *cluster.Prometheus, ns string, at time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	query := func(q string) map[string]float64 {
+		series, err := prom.QueryAt(ctx, q, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, s := range series {
+			v := math.NaN()
+			if len(s.Values) > 0 {
+				v = s.Values[0]
+			}
+			out[strings.Join([]string{s.Labels["namespace"], s.Labels["pod"], s.Labels["claim"], s.Labels["pool"], s.Labels["device"]}, " ")] = v
+		}
+		return out
+	}
+	holders, err := cluster.DRAHolders(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDevices, wantPods := map[string]bool{}, map[string]bool{}
+	podsOf := map[string]map[string]bool{} // pool/device -> pods
+	for _, hs := range holders {
+		for _, h := range hs {
+			if h.MIGUUID != "" || h.MIGProfile != "" {
+				continue
+			}
+			if podsOf[h.Pool+"/"+h.Device] == nil {
+				podsOf[h.Pool+"/"+h.Device] = map[string]bool{}
+			}
+			podsOf[h.Pool+"/"+h.Device][h.Namespace+"/"+h.Pod] = true
+		}
+	}
+	shared := false
+	for _, hs := range holders {
+		for _, h := range hs {
+			if h.Namespace != ns || h.MIGUUID != "" || h.MIGProfile != "" {
+				continue
+			}
+			wantDevices[strings.Join([]string{h.ClaimNamespace, "", h.ClaimName, h.Pool, h.Device}, " ")] = true
+			if len(podsOf[h.Pool+"/"+h.Device]) == 1 {
+				wantPods[strings.Join([]string{h.Namespace, h.Pod, h.ClaimName, h.Pool, h.Device}, " ")] = true
+			} else if h.ClaimName == "shared-gpu" {
+				shared = true
+			}
+		}
+	}
+	if len(wantDevices) < 3 || !shared {
+		t.Fatalf("the demo's running pods hold %d whole-GPU claim devices (shared claim among them: %v), want at least 3 and the shared claim: %v", len(wantDevices), shared, holders)
+	}
+	byLabels := query(`namespace_claim_device:dcgm_dra_gpu_utilization:ratio{namespace="` + ns + `"}`)
+	byUUID := query(`max by (namespace, claim, pool, device) (namespace_claim_device:dcgm_gpu_utilization:ratio{namespace="` + ns + `"})`)
+	for k := range wantDevices {
+		v, ok := byLabels[k]
+		switch {
+		case !ok:
+			t.Errorf("claim device %q: no series from dcgm-exporter's DRA labels", k)
+		case v != byUUID[k]:
+			t.Errorf("claim device %q: %v from the DRA labels, %v from the UUID join", k, v, byUUID[k])
+		}
+	}
+	for k := range byLabels {
+		if !wantDevices[k] {
+			t.Errorf("claim device %q from the DRA labels, held by no running pod's container", k)
+		}
+	}
+	perPod := query(`namespace_pod_claim:dcgm_dra_gpu_utilization:ratio{namespace="` + ns + `"}`)
+	for k := range wantPods {
+		if _, ok := perPod[k]; !ok {
+			t.Errorf("pod claim device %q (its sole holder): no per-pod series", k)
+		}
+	}
+	for k := range perPod {
+		if !wantPods[k] {
+			t.Errorf("pod claim device %q: a per-pod series for a device several pods share (or nobody holds)", k)
+		}
+	}
+	t.Logf("dcgm-exporter's DRA labels and the UUID join agree on %d claim devices; %d sole holders get a per-pod value", len(wantDevices), len(wantPods))
 }
 
 // resolveVariables runs every dashboard variable's label_values query, as

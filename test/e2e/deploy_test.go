@@ -69,7 +69,7 @@ func TestDeployApply(t *testing.T) {
 	const agentNS = "dra-deploy-agent"
 	createLabelledNamespace(ctx, t, agentNS, map[string]string{"pod-security.kubernetes.io/enforce": "privileged"})
 	objs, err = helm.Template(helmBin, repoPath("."), "dra-agent", agentNS,
-		"nodeAgent.hostPID=true", "nodeAgent.runAsUser=65534", "nodeAgent.dcgm.hostengineAddress=nvidia-dcgm:5555",
+		"nodeAgent.hostPID=true", "nodeAgent.runAsUser=65534", "nodeAgent.dcgm.hostengineAddress=nvidia-dcgm.gpu-operator.svc:5555",
 		"dashboards.enabled=false", "prometheusRule.enabled=false")
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,13 @@ func newForwarder(netns string) *forwarder {
 }
 
 // follow serves every port the file lists, reading it again until stop.
+// forwardPoll is how often the outside reads the ports asked for.
+const forwardPoll = 300 * time.Millisecond
+
+// ForwardDelay is how long after ForwardPort the machine's loopback serves
+// the port: a reader that prints the URL for a person waits that long.
+const ForwardDelay = 3 * forwardPoll
+
 func (f *forwarder) follow(file string, stop <-chan struct{}) {
 	for {
 		if data, err := os.ReadFile(file); err == nil {
@@ -45,7 +52,7 @@ func (f *forwarder) follow(file string, stop <-chan struct{}) {
 		select {
 		case <-stop:
 			return
-		case <-time.After(300 * time.Millisecond):
+		case <-time.After(forwardPoll):
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,6 +36,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 )
@@ -120,6 +122,9 @@ type Node struct {
 	client  kubernetes.Interface
 	cgroup  string
 	devices int
+	// driverMetricsPort is where the driver serves its own metrics, the
+	// same port across its restarts so that one scrape target follows it.
+	driverMetricsPort int
 
 	mu    sync.Mutex
 	procs map[string]*cluster.Process
@@ -137,8 +142,12 @@ func Start(ctx context.Context, cp *cluster.ControlPlane, bins Binaries, root st
 	if o.Devices == 0 {
 		o.Devices = 4
 	}
+	metrics, err := cluster.FreePort()
+	if err != nil {
+		return nil, err
+	}
 	n := &Node{Name: o.Name, IP: NodeIP, Dir: filepath.Join(root, "node"), Bins: bins, CP: cp, client: cp.Client,
-		cgroup: cgroupName(root), devices: o.Devices, procs: map[string]*cluster.Process{}}
+		cgroup: cgroupName(root), devices: o.Devices, driverMetricsPort: metrics, procs: map[string]*cluster.Process{}}
 	if err := n.start(ctx); err != nil {
 		n.Stop()
 		return nil, err
@@ -216,11 +225,30 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	})
 }
 
+// registryHosts is the node's containerd registry configuration directory
+// (config_path): a folder per registry host holding its hosts.toml, read
+// again at every pull.
+func (n *Node) registryHosts() string { return filepath.Join(n.Dir, "certs.d") }
+
+// TrustPlainHTTPRegistry tells the node's containerd, as containerd's
+// docs/hosts.md says, that the registry at host (host:port, on the node's
+// loopback) speaks plain HTTP: <config_path>/<host>/hosts.toml. Pulls of
+// images named host/... then go to http://host; nothing else changes.
+func (n *Node) TrustPlainHTTPRegistry(host string) error {
+	dir := filepath.Join(n.registryHosts(), host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	hosts := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+host, "http://"+host)
+	return os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(hosts), 0o644)
+}
+
 // containerdConfig follows notes/realnode.md: CRI with the overlayfs
 // snapshotter and the local pause image pinned, runc from Debian without the
 // systemd cgroup driver, CDI specs from the driver's folder, oom_score_adj
 // restricted (root cannot lower it on this kind of machine), network
-// namespaces under containerd's own state folder.
+// namespaces under containerd's own state folder, registry hosts from the
+// node's own config_path (TrustPlainHTTPRegistry).
 func (n *Node) containerdConfig() string {
 	return fmt.Sprintf(`version = 3
 
@@ -231,6 +259,8 @@ func (n *Node) containerdConfig() string {
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".pinned_images]
     sandbox = %q
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = %q
 
 [plugins."io.containerd.cri.v1.runtime"]
   cdi_spec_dirs = [%q]
@@ -246,7 +276,7 @@ func (n *Node) containerdConfig() string {
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = [%q]
     conf_dir = %q
-`, containerdSocket, PauseImage, CDIRoot, n.Bins.Runc, n.Bins.CNIDir, filepath.Join(n.Dir, "cni/net.d"))
+`, containerdSocket, PauseImage, n.registryHosts(), CDIRoot, n.Bins.Runc, n.Bins.CNIDir, filepath.Join(n.Dir, "cni/net.d"))
 }
 
 // CDIRoot is where the driver writes its CDI specs (inside the covered /run).
@@ -352,13 +382,48 @@ shutdownGracePeriod: 0s
 // StopKubelet stops the kubelet; the pods keep running.
 func (n *Node) StopKubelet() { n.stop("kubelet") }
 
-// StartDriver starts the DRA driver (again, after StopDriver) and waits
-// until its ResourceSlice is published.
+// DriverFeatures are dra-example-driver v0.4.0's optional features, set
+// through the environment variables of its flags
+// (cmd/dra-example-kubeletplugin/main.go) and published as its GPU profile
+// does (internal/profiles/gpu/gpu.go, EnumerateDevices).
+type DriverFeatures struct {
+	// Partitions per GPU (GPU_PARTITIONS, KEP-4815): each GPU becomes a
+	// counter set, Partitions devices gpu-<i>-partition-<j> and one
+	// gpu-<i>-full, all drawing on its counters.
+	Partitions int
+	// MultipleAllocations (GPU_ALLOW_MULTIPLE_ALLOCATIONS, KEP-5075): every
+	// device may be allocated to several requests, each consuming part of
+	// its memory and compute capacity.
+	MultipleAllocations bool
+	// BindingConditions (BINDING_CONDITIONS, KEP-5007): every device carries
+	// the binding condition "BindingConditions" (and failure condition
+	// "BindingFailureConditions"), which the example controller satisfies.
+	BindingConditions bool
+}
+
+// devices is how many devices the driver publishes with these features.
+func (f DriverFeatures) devices(gpus int) int {
+	if f.Partitions > 0 {
+		return gpus * (f.Partitions + 1)
+	}
+	return gpus
+}
+
+// StartDriver starts the DRA driver (again, after StopDriver) with its
+// default features and waits until its ResourceSlice is published.
 func (n *Node) StartDriver(ctx context.Context) error {
+	return n.StartDriverWith(ctx, DriverFeatures{})
+}
+
+// StartDriverWith starts the DRA driver with features and waits until it
+// publishes the devices they give (a slice of the former driver, published
+// before, does not count).
+func (n *Node) StartDriverWith(ctx context.Context, f DriverFeatures) error {
 	health, err := cluster.FreePort()
 	if err != nil {
 		return err
 	}
+
 	if err := os.MkdirAll(CDIRoot, 0o755); err != nil {
 		return err
 	}
@@ -369,11 +434,15 @@ func (n *Node) StartDriver(ctx context.Context) error {
 		"KUBECONFIG=" + n.CP.Kubeconfig,
 		"DEVICE_PROFILE=gpu",
 		"HEALTHCHECK_PORT=" + strconv.Itoa(health),
-		"METRICS_PORT=-1",
+		"METRICS_PORT=" + strconv.Itoa(n.driverMetricsPort),
+		"GPU_PARTITIONS=" + strconv.Itoa(f.Partitions),
+		"GPU_ALLOW_MULTIPLE_ALLOCATIONS=" + strconv.FormatBool(f.MultipleAllocations),
+		"BINDING_CONDITIONS=" + strconv.FormatBool(f.BindingConditions),
 	}
 	if err := n.spawn("dra-example-kubeletplugin", n.Bins.Driver, env); err != nil {
 		return err
 	}
+	want := f.devices(n.devices)
 	return n.waitFor(ctx, "dra-example-kubeletplugin", "the driver's ResourceSlice", 60*time.Second, func() error {
 		slices, err := n.client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
 			FieldSelector: fields.OneTermEqualSelector("spec.nodeName", n.Name).String(),
@@ -382,12 +451,22 @@ func (n *Node) StartDriver(ctx context.Context) error {
 			return err
 		}
 		for _, s := range slices.Items {
-			if s.Spec.Driver == Driver && len(s.Spec.Devices) == n.devices {
+			if s.Spec.Driver != Driver || len(s.Spec.Devices) != want {
+				continue
+			}
+			d := s.Spec.Devices[0]
+			if ptr.Deref(d.AllowMultipleAllocations, false) == f.MultipleAllocations && (len(d.BindingConditions) > 0) == f.BindingConditions {
 				return nil
 			}
 		}
-		return fmt.Errorf("no slice of %s with %d devices yet (%d slices)", Driver, n.devices, len(slices.Items))
+		return fmt.Errorf("no slice of %s with %d devices of features %+v yet (%d slices)", Driver, want, f, len(slices.Items))
 	})
+}
+
+// DriverMetricsTarget is the address (host:port) of the driver's own
+// /metrics (dra_example_driver_*), served on the node's address.
+func (n *Node) DriverMetricsTarget() string {
+	return net.JoinHostPort(n.IP, strconv.Itoa(n.driverMetricsPort))
 }
 
 // StopDriver stops the DRA driver; its ResourceSlice stays published.

@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 	"github.com/dra-exporter/dra-exporter/test/node"
@@ -88,7 +90,8 @@ var bogusSharing = node.BogusSharing
 // (layer node; explain quotes the driver's message); the agent sees the
 // claim reported without devices and counts nothing prepared; the kubelet's
 // own /metrics, scraped by the real Prometheus, fire DRAKubeletOperationErrors,
-// although its gRPC metric counts the failures as OK.
+// although its gRPC metric counts the failures as OK; and the driver's own
+// /metrics fire DRAExampleDriverPrepareErrors.
 func TestPrepareFailure(t *testing.T) {
 	ns := namespace(t, "prepare-failure")
 	failedBefore := kubeletMetrics(t).Sum("dra_operations_duration_seconds", map[string]string{"operation_name": "PrepareResources", "is_error": "true"})
@@ -125,6 +128,9 @@ func TestPrepareFailure(t *testing.T) {
 		}
 	}
 	waitAlert(t, "DRAKubeletOperationErrors", map[string]string{"node": env.node.Name, "operation_name": "PrepareResources"})
+	// The driver's own count of the same failure, scraped from its
+	// /metrics (job dra-example-driver), fires its alert too.
+	waitAlert(t, "DRAExampleDriverPrepareErrors", map[string]string{"node": env.node.Name})
 	_ = pod
 }
 
@@ -164,5 +170,73 @@ func TestDriverDown(t *testing.T) {
 	waitPod(t, ns, "llm-0", "Ready after the driver returned", 90*time.Second, ready)
 	eventually(t, env.exp, 30*time.Second, "verdict cleared", func(m cluster.Metrics) error {
 		return none(m, "dra_pod_blocked", map[string]string{"namespace": ns, "pod": "llm-0"})
+	})
+}
+
+// TestUnprepareStuck (kubernetes#139772): the driver is down when a running
+// pod is deleted. The real kubelet stops the containers but cannot
+// unprepare the claim, so it keeps the pod, Terminating past its deadline,
+// and the claim stays reserved. An exporter with a 10 s grace reports the
+// leak pod_stuck_terminating on the pod's device (DRAPodStuckTerminating's
+// series) while the harness's exporter, at the default 5 minutes, does not
+// yet; the driver back, the kubelet's retry unprepares, the pod goes and
+// the leak clears.
+func TestUnprepareStuck(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "unprepare-stuck")
+	template(t, ns, "gpu", nil)
+	create(t, workload(ns, "llm-0", "gpu"))
+	waitPod(t, ns, "llm-0", "Ready", 90*time.Second, ready)
+	device := allocatedDevice(t, ns, claimOf(t, ns, "llm-0").Name)
+	exp, err := cluster.StartExporter(ctx, env.exporter, env.kubeconfig, t.TempDir(), "--claim.unreserved-grace-period=10s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exp.Stop()
+
+	env.node.StopDriver()
+	restarted := false
+	defer func() {
+		if !restarted {
+			if err := env.node.StartDriver(ctx); err != nil {
+				t.Errorf("restart the driver: %v", err)
+			}
+		}
+	}()
+	if err := env.cp.Client.CoreV1().Pods(ns).Delete(ctx, "llm-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	leak := map[string]string{"namespace": ns, "pod": "llm-0", "device": device, "node": env.node.Name, "reason": "pod_stuck_terminating"}
+	eventually(t, exp, 60*time.Second, "pod_stuck_terminating past the 10 s grace", func(m cluster.Metrics) error {
+		return one(m, "dra_claim_reservation_leak", leak, 1)
+	})
+	p := waitPod(t, ns, "llm-0", "still there, deleted, no container running", 5*time.Second, func(p *corev1.Pod) bool {
+		for _, c := range p.Status.ContainerStatuses {
+			if c.State.Running != nil {
+				return false
+			}
+		}
+		return p.DeletionTimestamp != nil
+	})
+	t.Logf("pod %s: deadline %s, %s ago; no container running", p.Name, p.DeletionTimestamp.UTC().Format(time.RFC3339), time.Since(p.DeletionTimestamp.Time).Round(time.Second))
+	if m, err := env.exp.Scrape(); err != nil {
+		t.Fatal(err)
+	} else if err := none(m, "dra_claim_reservation_leak", map[string]string{"namespace": ns, "reason": "pod_stuck_terminating"}); err != nil {
+		t.Errorf("the harness's exporter (grace 5m) reports it already: %v", err)
+	}
+
+	restarted = true
+	if err := env.node.StartDriver(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = cluster.WaitFor(ctx, 90*time.Second, "the pod gone once the driver unprepares", func(ctx context.Context) (bool, error) {
+		_, err := env.cp.Client.CoreV1().Pods(ns).Get(ctx, "llm-0", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, exp, 30*time.Second, "the leak cleared", func(m cluster.Metrics) error {
+		return none(m, "dra_claim_reservation_leak", map[string]string{"namespace": ns})
 	})
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -216,31 +215,11 @@ func containerLog(t *testing.T, p *corev1.Pod, container string) []string {
 // containerd's task list (the container ID from the pod's status).
 func containerPID(t *testing.T, p *corev1.Pod, container string) int {
 	t.Helper()
-	var id string
-	for _, c := range p.Status.ContainerStatuses {
-		if c.Name == container {
-			id = strings.TrimPrefix(c.ContainerID, "containerd://")
-		}
-	}
-	if id == "" {
-		t.Fatalf("no container ID for %s/%s in %+v", p.Name, container, p.Status.ContainerStatuses)
-	}
-	out, err := env.node.Ctr(context.Background(), "tasks", "ls")
+	pid, err := env.node.ContainerPID(context.Background(), p, container)
 	if err != nil {
-		t.Fatalf("ctr tasks ls: %v: %s", err, out)
+		t.Fatal(err)
 	}
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == id {
-			pid, err := strconv.Atoi(f[1])
-			if err != nil {
-				t.Fatal(err)
-			}
-			return pid
-		}
-	}
-	t.Fatalf("container %s not in containerd's tasks:\n%s", id, out)
-	return 0
+	return pid
 }
 
 // eventually scrapes the exporter or agent until check passes.

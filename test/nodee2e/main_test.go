@@ -10,7 +10,6 @@ package nodee2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,9 +17,6 @@ import (
 	"testing"
 	"time"
 
-	resourceapi "k8s.io/api/resource/v1"
-
-	"github.com/dra-exporter/dra-exporter/internal/gpu"
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 	"github.com/dra-exporter/dra-exporter/test/node"
 )
@@ -147,6 +143,9 @@ func startWatchers(ctx context.Context) error {
 			{Name: "dra-node-agent", Target: strings.TrimPrefix(env.agent.URL, "http://"), HonorLabels: true},
 			{Name: "kubelet", Target: fmt.Sprintf("%s:%d", env.node.IP, node.KubeletPort),
 				BearerToken: cluster.AdminToken, Labels: map[string]string{"node": env.node.Name}},
+			// The driver's own metrics (dra_example_driver_*), as a
+			// PodMonitor on its kubelet plugin would scrape them.
+			{Name: "dra-example-driver", Target: env.node.DriverMetricsTarget(), Labels: map[string]string{"node": env.node.Name}},
 		},
 	})
 	return err
@@ -168,15 +167,11 @@ func repoPath(rel string) string { return filepath.Join("..", "..", rel) }
 
 // GPUProcess puts a process on the GPU of a device of the node's slice in
 // the agent's recording.
-type GPUProcess struct {
-	Device string // the slice's device name (gpu-0, ...)
-	PID    int
-	Bytes  float64
-}
+type GPUProcess = node.GPUProcess
 
-// writeRecording writes the agent's GPU recording: one GPU per device of
-// the driver's ResourceSlice (its uuid, index and model), busy where procs
-// run. The recorded source reads the file again on every scrape.
+// writeRecording writes the agent's GPU recording (node.WriteRecording): one
+// GPU per device of the driver's ResourceSlice, busy where procs run. The
+// recorded source reads the file again on every scrape.
 func writeRecording(ctx context.Context, procs []GPUProcess) error {
 	return writeRecordingTo(ctx, env.recording, procs)
 }
@@ -187,31 +182,5 @@ func writeRecordingTo(ctx context.Context, path string, procs []GPUProcess) erro
 	if err != nil {
 		return err
 	}
-	rec := gpu.Recording{Comment: "the dra-example-driver's devices of the real node"}
-	for i, d := range slice.Spec.Devices {
-		attr := func(name string) string {
-			if a, ok := d.Attributes[resourceapi.QualifiedName(name)]; ok && a.StringValue != nil {
-				return *a.StringValue
-			}
-			return ""
-		}
-		g := gpu.RecordedGPU{UUID: attr("uuid"), Index: i, Product: attr("model"),
-			Fields: map[string]float64{"DCGM_FI_DEV_GPU_UTIL": 0, "DCGM_FI_DEV_FB_TOTAL": 81559}}
-		for _, p := range procs {
-			if p.Device == d.Name {
-				g.Fields["DCGM_FI_DEV_GPU_UTIL"] = 93
-				g.Processes = append(g.Processes, gpu.RecordedProcess{PID: p.PID, UsedMemoryBytes: p.Bytes})
-			}
-		}
-		rec.GPUs = append(rec.GPUs, g)
-	}
-	raw, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, raw, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return node.WriteRecording(path, slice, procs)
 }

@@ -157,3 +157,15 @@ scheme: HTTPS
     secretName: {{ .Values.web.tlsSecret }}
 {{- end }}
 {{- end -}}
+
+{{/*
+An image reference: the repository, or with image.registry set that registry
+and the repository's last element (where `make push REGISTRY=` puts it), and
+the tag (default: the chart's appVersion). Pass (dict "registry" ... "image"
+<the image's values> "ctx" $).
+*/}}
+{{- define "dra-exporter.image" -}}
+{{- $repo := .image.repository -}}
+{{- with .registry }}{{ $repo = printf "%s/%s" (trimSuffix "/" .) (base $repo) }}{{ end -}}
+{{- printf "%s:%s" $repo (.image.tag | default .ctx.Chart.AppVersion) -}}
+{{- end -}}
