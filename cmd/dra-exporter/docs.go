@@ -103,6 +103,7 @@ func renderReference(defs []*family.Def) string {
 	b.WriteString("| `lane` | `dra`, `dra-extended`, `device-plugin`; node agent: " + quoted(nodeagent.Lanes) + " |\n")
 	b.WriteString("| `reason` of `dra_node_claim_conflict` | " + quoted(nodeagent.ConflictReasons) + " |\n")
 	b.WriteString("| `source` of `dra_gpu_source_up` | `auto`, `dcgm`, `nvml`, `recorded`, `none` |\n")
+	b.WriteString("| `source`, `state`, `reason` of `dra_gpu_source_info` | `dcgm`, `nvml`; `serving`, `unavailable`, `standby`; `\"\"`, " + quoted(gpu.UnavailableReasons) + " |\n")
 	b.WriteString("| `field_group`, `reason` of `dra_gpu_field_group_watched` | `basic`, `profiling`; `\"\"` (watched), " + quoted(gpu.UnwatchedReasons) + " |\n")
 	b.WriteString("| `reason` of `dra_node_claim_fetch_errors_total` | `forbidden`, `error` |\n")
 	b.WriteString("| `collector` of `dra_node_scrape_collector_*` | `gpu`, `podresources`, `procmap`, `join` |\n")

@@ -147,7 +147,7 @@ func (dcgmBinding) EntitiesGetLatestValues(entities []EntityPair, ids []FieldID,
 	}
 	out := make([]FieldValue, len(values))
 	for i, v := range values {
-		fv := FieldValue{Entity: EntityPair{Group: EntityGroup(v.EntityGroupId), ID: v.EntityID}, FieldID: FieldID(v.FieldID), Type: byte(v.FieldType), Status: v.Status}
+		fv := FieldValue{Entity: EntityPair{Group: EntityGroup(v.EntityGroupId), ID: v.EntityID}, FieldID: FieldID(v.FieldID), Type: byte(v.FieldType), Status: v.Status, TS: v.TS}
 		switch fv.Type {
 		case FieldTypeInt64:
 			fv.Int64 = v.Int64()
@@ -250,8 +250,7 @@ func (n nvmlDevice) GetGpuInstanceById(id int) (NVMLGpuInstance, NVMLReturn) {
 	return nvmlGpuInstance{gi}, NVMLReturn(ret)
 }
 
-func (n nvmlDevice) GetComputeRunningProcesses() ([]ProcessInfo, NVMLReturn) {
-	ps, ret := n.d.GetComputeRunningProcesses()
+func processInfos(ps []nvml.ProcessInfo, ret nvml.Return) ([]ProcessInfo, NVMLReturn) {
 	out := make([]ProcessInfo, len(ps))
 	for i, p := range ps {
 		out[i] = ProcessInfo(p)
@@ -259,9 +258,22 @@ func (n nvmlDevice) GetComputeRunningProcesses() ([]ProcessInfo, NVMLReturn) {
 	return out, NVMLReturn(ret)
 }
 
+func (n nvmlDevice) GetComputeRunningProcesses() ([]ProcessInfo, NVMLReturn) {
+	return processInfos(n.d.GetComputeRunningProcesses())
+}
+
+func (n nvmlDevice) GetMPSComputeRunningProcesses() ([]ProcessInfo, NVMLReturn) {
+	return processInfos(n.d.GetMPSComputeRunningProcesses())
+}
+
 func (n nvmlDevice) GetMemoryInfo() (Memory, NVMLReturn) {
 	m, ret := n.d.GetMemoryInfo()
 	return Memory{Total: m.Total, Free: m.Free, Used: m.Used}, NVMLReturn(ret)
+}
+
+func (n nvmlDevice) GetMemoryInfoV2() (MemoryV2, NVMLReturn) {
+	m, ret := n.d.GetMemoryInfo_v2()
+	return MemoryV2{Total: m.Total, Reserved: m.Reserved, Free: m.Free, Used: m.Used}, NVMLReturn(ret)
 }
 
 func (n nvmlDevice) GetUtilizationRates() (Utilization, NVMLReturn) {

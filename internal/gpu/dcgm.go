@@ -31,6 +31,15 @@ type dcgmSession struct {
 
 	gpus      []dcgmGPU
 	instances []dcgmInstance
+	// computes maps each compute-instance entity to its GPU-instance
+	// entity: DCGM records an XID that carries compute-instance and
+	// GPU-instance IDs on the compute instance, one that carries a
+	// GPU-instance ID only on the GPU instance, and only one that
+	// carries neither on the GPU (DcgmCacheManager.cpp:7874-7893,
+	// RecordXidForComputeInstance :7556-7591, RecordXidForGpuInstance
+	// :7594-7625); XID's entity level is the compute instance
+	// (dcgm_fields.cpp:2323-2331), so it is the instance's own.
+	computes map[uint]uint
 	// hierarchy identifies the GPU-instance hierarchy the watches were
 	// set up for: DCGM renumbers GPU-instance entities on every MIG
 	// reconfiguration (DcgmCacheManager.cpp ~943), so a change means new
@@ -75,7 +84,7 @@ var errConnectionLost = errors.New("DCGM connection lost")
 // dcgmErr wraps a DCGM error with what was being done, and marks the
 // connection errors.
 func dcgmErr(what string, err error) error {
-	if dcgmCode(err) == StConnectionNotValid {
+	if dcgmStatus(err) == StConnectionNotValid {
 		return fmt.Errorf("%s: %w: %w", what, errConnectionLost, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
@@ -87,10 +96,13 @@ func openDCGMSession(lib DCGMLib, nvml NVMLLib, opts Options) (session, error) {
 	}
 	cleanup, err := lib.Init(opts.HostEngine)
 	if err != nil {
+		if opts.HostEngine == "" && dcgmStatus(err) == StInitError && nvmlHasMIG(nvml, opts) {
+			return nil, fmt.Errorf("dcgm init: %w: %w", errEmbeddedMIG, err)
+		}
 		return nil, fmt.Errorf("dcgm init: %w", err)
 	}
 	s := &dcgmSession{lib: lib, cleanup: cleanup, opts: opts}
-	if s.nv, err = openNVML(nvml); err != nil {
+	if s.nv, err = openNVML(nvml, opts); err != nil {
 		opts.logger().Warn("DCGM serves without NVML", "err", err, "effect", errNoNVML.Error())
 		s.nv = nil
 	}
@@ -99,6 +111,22 @@ func openDCGMSession(lib DCGMLib, nvml NVMLLib, opts Options) (session, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// nvmlHasMIG reports whether NVML sees a GPU with MIG mode on (any caller
+// may read the mode).
+func nvmlHasMIG(lib NVMLLib, opts Options) bool {
+	v, err := openNVML(lib, opts)
+	if err != nil {
+		return false
+	}
+	defer v.close()
+	for _, g := range v.gpus {
+		if current, _, ret := g.dev.GetMigMode(); ret == NVMLSuccess && current == nvmlDeviceMigEnable {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *dcgmSession) name() string { return SourceDCGM }
@@ -166,15 +194,17 @@ func (s *dcgmSession) supportedProfiling() ([]FieldID, GroupStatus) {
 	return want, st
 }
 
-// unwatchedReason classifies a failed profiling query or watch.
+// unwatchedReason classifies a failed profiling query or watch by its
+// DCGM status: GetSupportedMetricGroups carries a code, the watch's
+// plain text names it (dcgmStatus).
 func unwatchedReason(err error) string {
-	switch dcgmCode(err) {
+	switch dcgmStatus(err) {
 	case StNotSupported, StProfilingNotSupported, StModuleNotLoaded:
 		return ReasonUnsupported
 	case StNoPermission, StRequiresRoot:
 		return ReasonNoPermission
-	case StInUse:
-		return ReasonInUse
+	case StProfilingLibraryError:
+		return ReasonProfilingModule
 	}
 	return ReasonFailed
 }
@@ -206,9 +236,14 @@ func (s *dcgmSession) rewatch(h []MigHierarchyInfo) error {
 	s.unwatch()
 	s.hierarchy = hierarchyKey(h)
 	s.instances = s.instances[:0]
+	s.computes = map[uint]uint{}
 	for _, e := range h {
+		if e.Entity.Group == EntityGPUCompute && e.Parent.Group == EntityGPUInstance {
+			s.computes[e.Entity.ID] = e.Parent.ID
+			continue
+		}
 		if e.Entity.Group != EntityGPUInstance || e.Parent.Group != EntityGPU {
-			continue // compute instances carry nothing of their own here
+			continue
 		}
 		s.instances = append(s.instances, dcgmInstance{entity: e.Entity.ID, gpuID: e.Parent.ID, parentUUID: e.ParentUUID, nvmlInstanceID: e.NvmlInstanceID})
 	}
@@ -237,6 +272,20 @@ func (s *dcgmSession) rewatch(h []MigHierarchyInfo) error {
 		s.instFields = instanceBasic()
 		s.nameInstances()
 	}
+	if len(s.computes) > 0 {
+		ids := make([]uint, 0, len(s.computes))
+		for ci := range s.computes {
+			ids = append(ids, ci)
+		}
+		slices.Sort(ids)
+		g, err := s.newGroup("dra-exporter-compute-instances-"+stamp, EntityGPUCompute, ids)
+		if err != nil {
+			return err
+		}
+		if err := s.watch("dra-exporter-compute-xid-"+stamp, []FieldID{FieldXIDErrors}, g); err != nil {
+			return err
+		}
+	}
 	s.profStatus.Watched = false
 	if len(s.profFields) > 0 {
 		if err := s.watchProfiling(stamp); err != nil {
@@ -245,7 +294,7 @@ func (s *dcgmSession) rewatch(h []MigHierarchyInfo) error {
 	}
 	// Wait for a first sample of every watched field (dcgmUpdateAllFields
 	// with wait=1), so that the first read is complete.
-	if err := s.lib.UpdateAllFields(); err != nil && dcgmCode(err) == StConnectionNotValid {
+	if err := s.lib.UpdateAllFields(); err != nil && dcgmStatus(err) == StConnectionNotValid {
 		return dcgmErr("dcgm update", err)
 	}
 	return nil
@@ -336,7 +385,7 @@ func instanceBasic() []FieldID {
 const profRetry = 5 * time.Minute
 
 func (s *dcgmSession) profilingFailed(err error) error {
-	if dcgmCode(err) == StConnectionNotValid {
+	if dcgmStatus(err) == StConnectionNotValid {
 		return dcgmErr("dcgm profiling watch", err)
 	}
 	reason := unwatchedReason(err)
@@ -405,6 +454,18 @@ func (s *dcgmSession) read() (*Reading, error) {
 		r.Entities = append(r.Entities, e)
 		byGPU[g.id] = &r.Entities[len(r.Entities)-1]
 	}
+	if s.nv != nil {
+		// DCGM lists only the GPUs it can use; one NVML counts but
+		// cannot open is reported lost under its known UUID.
+		r.Entities = append(r.Entities, s.nv.unusableEntities(func(uuid string) bool {
+			for _, g := range s.gpus {
+				if g.uuid == uuid {
+					return true
+				}
+			}
+			return false
+		})...)
+	}
 	if len(s.instances) > 0 {
 		pairs := make([]EntityPair, len(s.instances))
 		for i, in := range s.instances {
@@ -412,6 +473,9 @@ func (s *dcgmSession) read() (*Reading, error) {
 		}
 		instValues, err := s.values(pairs, s.instFields)
 		if err != nil {
+			return nil, err
+		}
+		if err := s.computeXIDs(instValues); err != nil {
 			return nil, err
 		}
 		for _, in := range s.instances {
@@ -425,6 +489,28 @@ func (s *dcgmSession) read() (*Reading, error) {
 		}
 	}
 	return r, nil
+}
+
+// computeXIDs adds the last XID of each GPU instance's compute instances to
+// the instance's values, keyed by the GPU-instance entity: fill keeps the
+// latest of them.
+func (s *dcgmSession) computeXIDs(instValues map[uint][]FieldValue) error {
+	if len(s.computes) == 0 {
+		return nil
+	}
+	pairs := make([]EntityPair, 0, len(s.computes))
+	for ci := range s.computes {
+		pairs = append(pairs, EntityPair{Group: EntityGPUCompute, ID: ci})
+	}
+	values, err := s.values(pairs, []FieldID{FieldXIDErrors})
+	if err != nil {
+		return err
+	}
+	for ci, vs := range values {
+		gi := s.computes[ci]
+		instValues[gi] = append(instValues[gi], vs...)
+	}
+	return nil
 }
 
 // values reads the latest value of fields for entities, by entity ID.
@@ -475,7 +561,7 @@ func (s *dcgmSession) instanceEntity(in dcgmInstance, parent *Entity, values []F
 	if ng == nil {
 		return Entity{}, false
 	}
-	for _, m := range ng.instances {
+	for j, m := range ng.instances {
 		if m.gi != int(in.nvmlInstanceID) {
 			continue
 		}
@@ -484,7 +570,7 @@ func (s *dcgmSession) instanceEntity(in dcgmInstance, parent *Entity, values []F
 			profile = in.dcgmName
 		}
 		e := Entity{UUID: m.uuid, ParentUUID: parent.UUID, Product: parent.Product, Index: parent.Index, Minor: parent.Minor,
-			MIG: &MIGInstance{GPUInstanceID: m.gi, Profile: profile, PlacementStart: m.placement}, Values: map[FieldID]float64{}, Lost: parent.Lost}
+			MIG: &MIGInstance{GPUInstanceID: m.gi, Profile: profile, PlacementStart: m.placement, DeviceIndex: j}, Values: map[FieldID]float64{}, Lost: parent.Lost}
 		e.Processes, _ = processes(m.dev)
 		s.fill(&e, values, false)
 		if e.Lost {
@@ -502,6 +588,9 @@ func (s *dcgmSession) instanceEntity(in dcgmInstance, parent *Entity, values []F
 // is what 0 says. Board fields are never stored on an instance.
 func (s *dcgmSession) fill(e *Entity, values []FieldValue, gpu bool) bool {
 	any := false
+	// An instance's XID comes from its GPU-instance entity and each of
+	// its compute instances: the latest sample wins.
+	var xidTS int64 = -1
 	for _, v := range values {
 		f, ok := FieldByID(v.FieldID)
 		if !ok || (!gpu && !f.Instance) {
@@ -512,11 +601,17 @@ func (s *dcgmSession) fill(e *Entity, values []FieldValue, gpu bool) bool {
 			e.Raw = append(e.Raw, rawOf(f, v))
 		}
 		if present {
+			if f.ID == FieldXIDErrors {
+				if v.TS < xidTS {
+					continue
+				}
+				xidTS = v.TS
+			}
 			e.Values[f.ID] = x
 			any = true
 			continue
 		}
-		if f.ID == FieldXIDErrors && (v.Status == StNoData || (v.Status == StOK && v.Int64 == Int64Blank)) {
+		if _, seen := e.Values[f.ID]; f.ID == FieldXIDErrors && !seen && (v.Status == StNoData || (v.Status == StOK && v.Int64 == Int64Blank)) {
 			e.Values[f.ID] = 0
 		}
 	}

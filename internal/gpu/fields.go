@@ -55,7 +55,9 @@ var Fields = []Field{
 	{ID: FieldPowerUsage, Name: "DCGM_FI_DEV_POWER_USAGE", Unit: "W", Scale: 1},
 	{ID: FieldGPUTemp, Name: "DCGM_FI_DEV_GPU_TEMP", Unit: "°C", Scale: 1},
 	{ID: FieldSMClock, Name: "DCGM_FI_DEV_SM_CLOCK", Unit: "MHz", Scale: 1e6},
-	{ID: FieldXIDErrors, Name: "DCGM_FI_DEV_XID_ERRORS", Unit: "XID code", Scale: 1},
+	// XID's entity level is the compute instance (dcgm_fields.cpp
+	// :2323-2331): an instance's XIDs are its own, not the board's.
+	{ID: FieldXIDErrors, Name: "DCGM_FI_DEV_XID_ERRORS", Unit: "XID code", Scale: 1, Instance: true},
 	{ID: FieldECCSBEVolTotal, Name: "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", Unit: "errors", Scale: 1},
 	{ID: FieldECCDBEVolTotal, Name: "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", Unit: "errors", Scale: 1},
 	{ID: FieldProfGrEngine, Name: "DCGM_FI_PROF_GR_ENGINE_ACTIVE", Unit: "ratio", Scale: 1, Instance: true, Profiling: true},

@@ -41,16 +41,26 @@ const (
 	GroupProfiling = "profiling"
 )
 
-// Why a field group is not watched: a closed set.
+// Why a field group is not watched: a closed set, each told from what
+// go-dcgm returns (a status code, or DCGM's message in plain text).
 const (
-	ReasonUnsupported  = "unsupported"   // the GPUs or the source have no such fields (NVML has no profiling)
-	ReasonNoPermission = "no_permission" // DCGM refused: profiling needs CAP_SYS_ADMIN before Hopper
-	ReasonInUse        = "in_use"        // another DCGM client holds the profiling lock
-	ReasonFailed       = "failed"        // any other error
+	// The GPUs or the source have no such fields (NVML has no profiling;
+	// DCGM: NOT_SUPPORTED, PROFILING_NOT_SUPPORTED, MODULE_NOT_LOADED).
+	ReasonUnsupported = "unsupported"
+	// DCGM refused (REQUIRES_ROOT, NO_PERMISSION): before Hopper the host
+	// engine needs CAP_SYS_ADMIN to profile.
+	ReasonNoPermission = "no_permission"
+	// DCGM's profiling module failed (PROFILING_LIBRARY_ERROR, -37): on a
+	// GPU older than Hopper most often another DCGM (the GPU Operator's
+	// dcgm-exporter or nv-hostengine) holds its profiling hardware
+	// (DCGM#106, dcgm-exporter#148).
+	ReasonProfilingModule = "profiling_module_error"
+	// Any other error.
+	ReasonFailed = "failed"
 )
 
 // UnwatchedReasons lists the reasons of an unwatched field group.
-var UnwatchedReasons = []string{ReasonUnsupported, ReasonNoPermission, ReasonInUse, ReasonFailed}
+var UnwatchedReasons = []string{ReasonUnsupported, ReasonNoPermission, ReasonProfilingModule, ReasonFailed}
 
 // GroupStatus is whether a field group is watched; Reason says why not.
 type GroupStatus struct {
@@ -98,6 +108,10 @@ type MIGInstance struct {
 	// PlacementStart is the first memory slice of the instance; -1 when
 	// unknown (NVML gives it to privileged callers only).
 	PlacementStart int
+	// DeviceIndex is the instance's position among its GPU's MIG devices
+	// in NVML's handle order (what NVIDIA's device plugin numbers
+	// <gpu>:<n> with DEVICE_ID_STRATEGY=index); -1 when unknown.
+	DeviceIndex int
 }
 
 // Process is a compute process holding GPU memory.
@@ -106,6 +120,9 @@ type Process struct {
 	UsedMemoryBytes float64
 	// MemoryUnknown: the driver reported NVML_VALUE_NOT_AVAILABLE.
 	MemoryUnknown bool
+	// MPSClient: a client of an MPS server, listed by NVML's MPS process
+	// call (the compute list shows the server instead).
+	MPSClient bool
 }
 
 // RawValue is one field of one entity as the library returned it.

@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // The library boundary. DCGMLib and NVMLLib are the calls the agent makes
@@ -108,7 +109,9 @@ type FieldValue struct {
 	FieldID FieldID
 	Type    byte
 	// Status is a dcgmReturn_t: 0, or why the value is blank.
-	Status  int
+	Status int
+	// TS is the sample's time (microseconds since the epoch).
+	TS      int64
 	Int64   int64
 	Float64 float64
 	String  string
@@ -117,7 +120,10 @@ type FieldValue struct {
 // DCGM status codes (dcgm_structs.h dcgmReturn_t) the agent tells apart.
 const (
 	StOK                    = 0
+	StBadParam              = -1
 	StNotSupported          = -6
+	StInitError             = -7
+	StUninitialized         = -10
 	StTimeout               = -11
 	StNoData                = -14
 	StNotWatched            = -16
@@ -151,11 +157,53 @@ type DCGMError struct {
 
 func (e *DCGMError) Error() string { return fmt.Sprintf("%s (DCGM %d)", e.Msg, e.Code) }
 
-// dcgmCode returns the DCGM status of err, 0 when it carries none.
-func dcgmCode(err error) int {
+// dcgmTexts is DCGM's message of each status the agent tells apart, as
+// libdcgm's errorString() writes it (dcgmlib/src/dcgm_errors.c,
+// errorString). go-dcgm puts it in every error it returns, coded or not.
+var dcgmTexts = map[int]string{
+	StBadParam:              "Bad parameter passed to function",
+	StNotSupported:          "Feature not supported",
+	StInitError:             "DCGM initialization error",
+	StUninitialized:         "Object is in an undefined state",
+	StTimeout:               "Timeout",
+	StNoData:                "No data is available",
+	StNotWatched:            "Field is not being watched",
+	StNoPermission:          "No permission",
+	StGPUIsLost:             "GPU is lost",
+	StConnectionNotValid:    "Host engine connection invalid/disconnected",
+	StLibraryNotFound:       "DCGM library could not be found",
+	StRequiresRoot:          "Host engine is running as non-root",
+	StModuleNotLoaded:       "This request is serviced by a module of DCGM that is not currently loaded",
+	StInUse:                 "The requested operation could not be completed because the affected resource is in use",
+	StProfilingNotSupported: "Profiling is not supported for this group of GPUs or GPU",
+	StProfilingLibraryError: "The third-party Profiling module returned an unrecoverable error",
+}
+
+// DCGMErrorText is libdcgm's errorString(code) for the statuses the agent
+// tells apart, "" for the others.
+func DCGMErrorText(code int) string { return dcgmTexts[code] }
+
+// dcgmStatus returns the DCGM status an error of go-dcgm tells, 0 when it
+// tells none. Only GetSupportedDevices, GetDeviceInfo,
+// GetSupportedMetricGroups and EntitiesGetLatestValues return a coded
+// *dcgm.Error; the other calls (Init, the group and field group calls,
+// WatchFieldsWithGroupEx, UpdateAllFields, GetGPUInstanceHierarchy) return
+// plain text, "<what failed>: <errorString(status)>" (go-dcgm utils.go
+// ~58-64 and its callers: internal/gpu/gpufake/errors.go lists each), so
+// the status is read back from DCGM's message at the end of the text.
+func dcgmStatus(err error) int {
+	if err == nil {
+		return StOK
+	}
 	var de *DCGMError
 	if errors.As(err, &de) {
 		return de.Code
+	}
+	msg := err.Error()
+	for code, text := range dcgmTexts {
+		if msg == text || strings.HasSuffix(msg, ": "+text) {
+			return code
+		}
 	}
 	return 0
 }
@@ -185,7 +233,11 @@ type NVMLDevice interface {
 	GetGpuInstanceProfileInfoV3(profile int) (GpuInstanceProfileInfo, NVMLReturn)
 	GetGpuInstanceById(id int) (NVMLGpuInstance, NVMLReturn)
 	GetComputeRunningProcesses() ([]ProcessInfo, NVMLReturn)
+	// GetMPSComputeRunningProcesses lists the MPS clients (v3).
+	GetMPSComputeRunningProcesses() ([]ProcessInfo, NVMLReturn)
 	GetMemoryInfo() (Memory, NVMLReturn)
+	// GetMemoryInfoV2 is GetMemoryInfo_v2 (drivers 510 and later).
+	GetMemoryInfoV2() (MemoryV2, NVMLReturn)
 	GetUtilizationRates() (Utilization, NVMLReturn)
 	GetPowerUsage() (uint32, NVMLReturn)
 	GetTemperature(sensor int) (uint32, NVMLReturn)
@@ -300,9 +352,16 @@ type ProcessInfo struct {
 	ComputeInstanceId uint32
 }
 
-// Memory is nvml.Memory (bytes).
+// Memory is nvml.Memory (bytes), version 1: Used is reserved plus
+// allocated memory (nvml.h:262-265).
 type Memory struct {
 	Total, Free, Used uint64
+}
+
+// MemoryV2 is nvml.Memory_v2 (bytes): Used is allocated memory only,
+// Reserved the driver's and firmware's (nvml.h:272-279).
+type MemoryV2 struct {
+	Total, Reserved, Free, Used uint64
 }
 
 // Utilization is nvml.Utilization (percent).

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // nvmlView reads what NVML says of the node: the GPUs, their MIG instances
@@ -14,6 +15,8 @@ import (
 type nvmlView struct {
 	lib  NVMLLib
 	gpus []*nvmlGPU
+	// unusable are the GPUs NVML counts but cannot open or identify.
+	unusable []unusableGPU
 	// profiles caches the GPU instance profile table of each GPU (static).
 	profiles map[string][]GpuInstanceProfileInfo
 	// named caches each MIG instance's profile and placement by its UUID
@@ -44,8 +47,60 @@ type migName struct {
 	placement int
 }
 
-// openNVML initialises NVML and lists its GPUs.
-func openNVML(lib NVMLLib) (*nvmlView, error) {
+// unusableGPU is a GPU NVML counts whose handle or UUID it cannot give:
+// nvmlDeviceGetCount_v2 counts devices whose nvmlDeviceGetHandleByIndex_v2
+// then answers NO_PERMISSION or GPU_IS_LOST, and the header asks callers
+// to handle it (go-nvml v0.13.4-1 nvml.h:5081-5086, :5137-5142, :5160,
+// :5162). It is reported lost under the UUID an earlier session of the
+// same source read at its index; without one it cannot be named and is
+// only logged.
+type unusableGPU struct {
+	index int
+	ret   NVMLReturn
+	known
+}
+
+// known is what an earlier session read of the GPU at an NVML index.
+type known struct {
+	uuid, name string
+	minor      int
+}
+
+// knownGPUs remembers, for one source across its sessions, each NVML
+// index's GPU: a GPU that falls off the bus and is then opened again (a
+// reconnect) is still named.
+type knownGPUs struct {
+	mu      sync.Mutex
+	byIndex map[int]known
+}
+
+func (k *knownGPUs) get(i int) known {
+	if k == nil {
+		return known{minor: -1}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if g, ok := k.byIndex[i]; ok {
+		return g
+	}
+	return known{minor: -1}
+}
+
+func (k *knownGPUs) set(i int, g known) {
+	if k == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.byIndex == nil {
+		k.byIndex = map[int]known{}
+	}
+	k.byIndex[i] = g
+}
+
+// openNVML initialises NVML and lists its GPUs. A GPU it counts but cannot
+// open leaves the others served (unusable).
+func openNVML(lib NVMLLib, opts Options) (*nvmlView, error) {
 	if lib == nil {
 		return nil, fmt.Errorf("nvml: %w", ErrUnavailable)
 	}
@@ -60,22 +115,38 @@ func openNVML(lib NVMLLib) (*nvmlView, error) {
 	}
 	for i := range n {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
+		var uuid string
+		if ret == NVMLSuccess {
+			uuid, ret = dev.GetUUID()
+		}
 		if ret != NVMLSuccess {
-			lib.Shutdown()
-			return nil, fmt.Errorf("nvml device %d: %w", i, ret)
+			u := unusableGPU{index: i, ret: ret, known: opts.known.get(i)}
+			opts.logger().Warn("NVML counts a GPU it cannot open; the other GPUs are served", "index", i, "ret", ret.String(), "uuid", u.uuid)
+			v.unusable = append(v.unusable, u)
+			continue
 		}
-		g := &nvmlGPU{dev: dev, index: i, minor: -1}
-		if g.uuid, ret = dev.GetUUID(); ret != NVMLSuccess {
-			lib.Shutdown()
-			return nil, fmt.Errorf("nvml device %d uuid: %w", i, ret)
-		}
+		g := &nvmlGPU{dev: dev, uuid: uuid, index: i, minor: -1}
 		g.name, _ = dev.GetName()
 		if m, ret := dev.GetMinorNumber(); ret == NVMLSuccess {
 			g.minor = m
 		}
+		opts.known.set(i, known{uuid: g.uuid, name: g.name, minor: g.minor})
 		v.gpus = append(v.gpus, g)
 	}
 	return v, nil
+}
+
+// unusableEntities are the unusable GPUs that can be named: lost, no
+// value.
+func (v *nvmlView) unusableEntities(skip func(uuid string) bool) []Entity {
+	var out []Entity
+	for _, u := range v.unusable {
+		if u.uuid == "" || (skip != nil && skip(u.uuid)) {
+			continue
+		}
+		out = append(out, Entity{UUID: u.uuid, Product: u.name, Index: u.index, Minor: u.minor, Values: map[FieldID]float64{}, Lost: true})
+	}
+	return out
 }
 
 func (v *nvmlView) close() { v.lib.Shutdown() }
@@ -204,18 +275,35 @@ func (v *nvmlView) profileTable(g *nvmlGPU) []GpuInstanceProfileInfo {
 // parent lists its instances' processes only to privileged callers
 // (nvml.h ~8008-8010), so instances are always asked by their own handles
 // and a MIG-enabled GPU itself never.
+//
+// Under MPS the compute list shows the MPS server (nvidia-cuda-mps-server),
+// and its clients appear only through nvmlDeviceGetMPSComputeRunningProcesses
+// (nvml.h:8078-8118), which is read too: its processes are the clients.
 func processes(dev NVMLDevice) ([]Process, NVMLReturn) {
 	infos, ret := dev.GetComputeRunningProcesses()
 	if ret != NVMLSuccess {
 		return nil, ret
 	}
 	out := make([]Process, 0, len(infos))
-	for _, p := range infos {
-		proc := Process{PID: int(p.Pid), UsedMemoryBytes: float64(p.UsedGpuMemory)}
+	listed := map[int]bool{}
+	add := func(p ProcessInfo, client bool) {
+		if listed[int(p.Pid)] {
+			return
+		}
+		listed[int(p.Pid)] = true
+		proc := Process{PID: int(p.Pid), UsedMemoryBytes: float64(p.UsedGpuMemory), MPSClient: client}
 		if p.UsedGpuMemory == NVMLValueNotAvailable {
 			proc.UsedMemoryBytes, proc.MemoryUnknown = 0, true
 		}
 		out = append(out, proc)
+	}
+	for _, p := range infos {
+		add(p, false)
+	}
+	if clients, ret := dev.GetMPSComputeRunningProcesses(); ret == NVMLSuccess {
+		for _, p := range clients {
+			add(p, true)
+		}
 	}
 	return out, NVMLSuccess
 }
@@ -229,7 +317,7 @@ type nvmlSession struct {
 }
 
 func openNVMLSession(lib NVMLLib, opts Options) (session, error) {
-	v, err := openNVML(lib)
+	v, err := openNVML(lib, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -283,15 +371,24 @@ func (s *nvmlSession) read() (*Reading, error) {
 			e.Values = map[FieldID]float64{}
 		}
 		r.Entities = append(r.Entities, e)
-		for _, m := range g.instances {
+		for j, m := range g.instances {
 			me := Entity{UUID: m.uuid, ParentUUID: g.uuid, Product: g.name, Index: g.index, Minor: g.minor,
-				MIG: &MIGInstance{GPUInstanceID: m.gi, Profile: m.profile, PlacementStart: m.placement}, Values: map[FieldID]float64{}, Lost: e.Lost}
+				MIG: &MIGInstance{GPUInstanceID: m.gi, Profile: m.profile, PlacementStart: m.placement, DeviceIndex: j}, Values: map[FieldID]float64{}, Lost: e.Lost}
 			mrec := recorder{raw: s.raw, e: &me}
 			mrec.memory(m.dev)
+			// An instance's XIDs reach privileged callers only
+			// (nvml.h:10733-10735): without privileges its last XID
+			// is unknown, not 0.
+			if code, ok := xids[instanceKey(g.uuid, m.gi)]; ok {
+				mrec.value(FieldXIDErrors, "nvmlEventSetWait", NVMLSuccess, float64(code))
+			} else if _, registered := xids[g.uuid]; registered && v.privileged {
+				mrec.value(FieldXIDErrors, "nvmlEventSetWait", NVMLSuccess, 0)
+			}
 			me.Processes, _ = processes(m.dev)
 			r.Entities = append(r.Entities, me)
 		}
 	}
+	r.Entities = append(r.Entities, v.unusableEntities(nil)...)
 	return r, nil
 }
 
@@ -323,7 +420,23 @@ func (r recorder) utilization(dev NVMLDevice) {
 	r.value(FieldGPUUtil, "nvmlDeviceGetUtilizationRates", ret, float64(u.Gpu))
 }
 
+// memory reads the framebuffer as DCGM does (DcgmCacheManager.cpp
+// :14186-14230): version 2, whose used memory leaves out what the driver
+// and firmware reserve, so that used memory means the same on both sources
+// (version 1 counts the reserved memory as used: about 0.5 GiB on an idle
+// H100). A driver older than 510 has version 1 only, as DCGM falls back.
 func (r recorder) memory(dev NVMLDevice) {
+	m2, ret := dev.GetMemoryInfoV2()
+	if ret == NVMLSuccess {
+		r.value(FieldFBTotal, "nvmlDeviceGetMemoryInfo_v2", ret, float64(m2.Total)/mib)
+		r.value(FieldFBFree, "nvmlDeviceGetMemoryInfo_v2", ret, float64(m2.Free)/mib)
+		r.value(FieldFBUsed, "nvmlDeviceGetMemoryInfo_v2", ret, float64(m2.Used)/mib)
+		return
+	}
+	if ret != NVMLNotSupported && ret != NVMLFunctionNotFound {
+		r.value(FieldFBUsed, "nvmlDeviceGetMemoryInfo_v2", ret, 0)
+		return
+	}
 	m, ret := dev.GetMemoryInfo()
 	r.value(FieldFBTotal, "nvmlDeviceGetMemoryInfo", ret, float64(m.Total)/mib)
 	r.value(FieldFBFree, "nvmlDeviceGetMemoryInfo", ret, float64(m.Free)/mib)
@@ -373,12 +486,28 @@ func (w *xidWatch) drain() map[string]uint64 {
 		if ev.EventType&NVMLEventTypeXidCriticalError == 0 || ev.Device == nil {
 			continue
 		}
-		if uuid, r := ev.Device.GetUUID(); r == NVMLSuccess {
-			w.last[uuid] = ev.EventData
+		uuid, r := ev.Device.GetUUID()
+		if r != NVMLSuccess {
+			continue
 		}
+		// An event attributable to a MIG instance carries its GPU
+		// instance ID, 0xFFFFFFFF otherwise (nvml.h:3497-3502): it is
+		// the instance's, not the whole GPU's.
+		if ev.GpuInstanceId != nvmlNoInstance {
+			w.last[instanceKey(uuid, int(ev.GpuInstanceId))] = ev.EventData
+			continue
+		}
+		w.last[uuid] = ev.EventData
 	}
 	return w.last
 }
+
+// nvmlNoInstance is the GPU instance ID of an event that is not an
+// instance's (nvml.h:3497-3499).
+const nvmlNoInstance = 0xFFFFFFFF
+
+// instanceKey keys a MIG instance's last XID by its GPU and GPU instance.
+func instanceKey(gpuUUID string, gi int) string { return gpuUUID + "/" + strconv.Itoa(gi) }
 
 func (w *xidWatch) stop() {
 	if w.set != nil {

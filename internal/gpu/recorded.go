@@ -83,7 +83,7 @@ func (r *Recording) Reading() (*Reading, error) {
 			}
 			out.Entities = append(out.Entities, Entity{
 				UUID: m.UUID, ParentUUID: g.UUID, Product: g.Product, Index: g.Index, Minor: minor,
-				MIG:    &MIGInstance{GPUInstanceID: m.GPUInstanceID, Profile: m.Profile, PlacementStart: m.PlacementStart},
+				MIG:    &MIGInstance{GPUInstanceID: m.GPUInstanceID, Profile: m.Profile, PlacementStart: m.PlacementStart, DeviceIndex: -1},
 				Values: values, Processes: recordedProcesses(m.Processes),
 			})
 		}

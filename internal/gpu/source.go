@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 )
@@ -34,6 +35,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock of the reconnect backoff (tests).
 	Now func() time.Time
+	// known remembers the GPUs one source's sessions read (set by the
+	// constructors).
+	known *knownGPUs
 }
 
 func (o Options) logger() *slog.Logger {
@@ -79,11 +83,13 @@ type candidate struct {
 // NewDCGM returns the DCGM source on these libraries (nvml may be nil:
 // then MIG instances have no UUID and no process is listed).
 func NewDCGM(dcgm DCGMLib, nvml NVMLLib, opts Options) *Supervised {
+	opts.known = &knownGPUs{}
 	return newSupervised(SourceDCGM, opts, candidate{SourceDCGM, func() (session, error) { return openDCGMSession(dcgm, nvml, opts) }})
 }
 
 // NewNVML returns the NVML source: the basic fields from NVML alone.
 func NewNVML(nvml NVMLLib, opts Options) *Supervised {
+	opts.known = &knownGPUs{}
 	return newSupervised(SourceNVML, opts, candidate{SourceNVML, func() (session, error) { return openNVMLSession(nvml, opts) }})
 }
 
@@ -91,6 +97,7 @@ func NewNVML(nvml NVMLLib, opts Options) *Supervised {
 // needs it) and NVML where it does not; while NVML serves, DCGM is tried
 // again from time to time.
 func NewAuto(dcgm DCGMLib, nvml NVMLLib, opts Options) *Supervised {
+	opts.known = &knownGPUs{}
 	return newSupervised(SourceAuto, opts,
 		candidate{SourceDCGM, func() (session, error) { return openDCGMSession(dcgm, nvml, opts) }},
 		candidate{SourceNVML, func() (session, error) { return openNVMLSession(nvml, opts) }})
@@ -128,6 +135,9 @@ type Supervised struct {
 	// hungSince is when a call that has not returned started.
 	hungSince time.Time
 	serving   string
+	// candErr is why each candidate last failed to open (nil: it opened,
+	// or was not tried).
+	candErr []error
 
 	// Owned by the token holder.
 	cur       session
@@ -141,7 +151,83 @@ type Supervised struct {
 }
 
 func newSupervised(name string, opts Options, cands ...candidate) *Supervised {
-	return &Supervised{configured: name, cands: cands, opts: opts, token: make(chan struct{}, 1)}
+	return &Supervised{configured: name, cands: cands, opts: opts, token: make(chan struct{}, 1), candErr: make([]error, len(cands))}
+}
+
+// Candidate states of dra_gpu_source_info.
+const (
+	StateServing     = "serving"
+	StateUnavailable = "unavailable" // it failed to open: Reason says why
+	StateStandby     = "standby"     // not needed: a preferred source serves
+)
+
+// Why a candidate source is unavailable: a closed set.
+const (
+	// The library is not there (libdcgm.so.4, libnvidia-ml.so.1) or this
+	// build has no cgo.
+	UnavailableLibraryMissing = "library_missing"
+	// The standalone nv-hostengine does not answer
+	// (CONNECTION_NOT_VALID).
+	UnavailableHostEngine = "hostengine_unreachable"
+	// The embedded host engine could not start on a node with a GPU in
+	// MIG mode: DCGM then needs root and NVML's privileged GPU-instance
+	// calls (DcgmCacheManager.cpp:912-917; "CacheManager Init Failed",
+	// dcgm-exporter#34).
+	UnavailableEmbeddedMIG = "embedded_mig_unprivileged"
+	// Anything else (logged).
+	UnavailableFailed = "failed"
+)
+
+// UnavailableReasons lists the reasons of an unavailable candidate.
+var UnavailableReasons = []string{UnavailableLibraryMissing, UnavailableHostEngine, UnavailableEmbeddedMIG, UnavailableFailed}
+
+// CandidateStatus is one library the source may serve from.
+type CandidateStatus struct {
+	Source string
+	State  string
+	Reason string
+}
+
+// errEmbeddedMIG marks an embedded host engine that failed to start while
+// a GPU has MIG mode on.
+var errEmbeddedMIG = errors.New("the embedded DCGM host engine cannot start without privileges while a GPU has MIG mode on (DCGM needs root and NVML's privileged GPU-instance calls); use the GPU Operator's nv-hostengine (--dcgm.hostengine-address) or NVML")
+
+// unavailableReason classifies why a candidate failed to open.
+func unavailableReason(err error) string {
+	switch {
+	case errors.Is(err, errEmbeddedMIG):
+		return UnavailableEmbeddedMIG
+	case errors.Is(err, ErrUnavailable), errors.Is(err, NVMLLibraryNotFound), strings.HasSuffix(err.Error(), "libdcgm.so.4 not found"):
+		// go-dcgm's dlopen failure is plain text (admin.go:66-69).
+		return UnavailableLibraryMissing
+	case dcgmStatus(err) == StConnectionNotValid:
+		return UnavailableHostEngine
+	}
+	return UnavailableFailed
+}
+
+// Candidates says, for each library the source may serve from, whether it
+// serves, could not open (and why) or is not needed.
+func (s *Supervised) Candidates() []CandidateStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]CandidateStatus, len(s.cands))
+	for i, c := range s.cands {
+		out[i] = CandidateStatus{Source: c.name, State: StateStandby}
+		switch {
+		case s.serving == c.name:
+			out[i].State = StateServing
+		case s.candErr[i] != nil:
+			out[i].State, out[i].Reason = StateUnavailable, unavailableReason(s.candErr[i])
+		}
+	}
+	return out
+}
+
+func (s *Supervised) setCandErr(i int, err error) {
+	s.mu.Lock()
+	s.candErr[i] = err
+	s.mu.Unlock()
 }
 
 // Name is the source serving now, or the configured one while none does.
@@ -230,6 +316,7 @@ func (s *Supervised) readHeld() (*Reading, error) {
 	s.failures++
 	if errors.Is(err, errConnectionLost) || s.failures >= maxFailures {
 		s.opts.logger().Warn("GPU source lost; reconnecting", "source", s.cur.name(), "err", err)
+		s.setCandErr(s.curIndex, err)
 		s.closeCurrent()
 		s.lastErr = err
 		s.retryAt = now // the next read connects again, then backs off
@@ -242,6 +329,7 @@ func (s *Supervised) open(now time.Time, n int) error {
 	var errs []error
 	for i, c := range s.cands[:n] {
 		sess, err := c.open()
+		s.setCandErr(i, err)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", c.name, err))
 			continue
@@ -270,6 +358,7 @@ func (s *Supervised) open(now time.Time, n int) error {
 func (s *Supervised) tryBetter(now time.Time) {
 	for i, c := range s.cands[:s.curIndex] {
 		sess, err := c.open()
+		s.setCandErr(i, err)
 		if err != nil {
 			continue
 		}

@@ -18,6 +18,15 @@ func opts(c *clock) gpu.Options {
 	return gpu.Options{Now: c.Now, Timeout: 2 * time.Second}
 }
 
+// standalone are the options of an agent that reads the GPU Operator's
+// nv-hostengine: on a MIG node an embedded host engine without
+// privileges cannot start.
+func standalone(c *clock) gpu.Options {
+	o := opts(c)
+	o.HostEngine = "nvidia-dcgm.gpu-operator.svc:5555"
+	return o
+}
+
 const (
 	gpu0 = "GPU-a100-0000-0000-0000-000000000000"
 	gpu1 = "GPU-a100-0000-0000-0000-000000000001"
@@ -81,7 +90,7 @@ func group(r *gpu.Reading, name string) gpu.GroupStatus {
 func TestProfilingFailureKeepsBasicFields(t *testing.T) {
 	for _, c := range []struct{ profiling, reason string }{
 		{"requires_root", gpu.ReasonNoPermission},
-		{"in_use", gpu.ReasonInUse},
+		{"held", gpu.ReasonProfilingModule},
 		{"unsupported", gpu.ReasonUnsupported},
 	} {
 		t.Run(c.profiling, func(t *testing.T) {
@@ -116,10 +125,69 @@ func TestProfilingFailureKeepsBasicFields(t *testing.T) {
 	}
 }
 
+// An embedded host engine without privileges cannot start on a node with
+// a MIG-enabled GPU (DCGM needs root and NVML's privileged instance
+// calls): auto serves NVML and says why DCGM does not; with privileges,
+// or through the GPU Operator's privileged nv-hostengine, DCGM serves.
+func TestEmbeddedDCGMOnMIGNode(t *testing.T) {
+	a := gpufake.MIGSpec{UUID: migA, GI: 3, Profile: "1g.10gb", Fields: instanceFields(1000, 0.1)}
+	for _, c := range []struct {
+		name       string
+		privileged bool
+		o          func(*clock) gpu.Options
+		want       string
+		reason     string
+	}{
+		{"embedded unprivileged", false, opts, gpu.SourceNVML, gpu.UnavailableEmbeddedMIG},
+		{"embedded privileged", true, opts, gpu.SourceDCGM, ""},
+		{"standalone", false, standalone, gpu.SourceDCGM, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, Privileged: c.privileged, GPUs: []gpufake.GPUSpec{migGPU(a)}})
+			src := gpu.NewAuto(m.DCGM(), m.NVML(), c.o(gpufake.NewClock(time.Time{})))
+			defer src.Close()
+			r := read(t, src)
+			if r.Source != c.want {
+				t.Fatalf("served by %s, want %s", r.Source, c.want)
+			}
+			if e := entity(t, r, migA); e.Values[gpu.FieldFBUsed] != 1000 {
+				t.Errorf("instance memory %v", e.Values)
+			}
+			var dcgm gpu.CandidateStatus
+			for _, cs := range src.Candidates() {
+				if cs.Source == gpu.SourceDCGM {
+					dcgm = cs
+				}
+			}
+			if (dcgm.State == gpu.StateServing) != (c.want == gpu.SourceDCGM) || dcgm.Reason != c.reason {
+				t.Errorf("dcgm candidate %+v, want serving %v, reason %q", dcgm, c.want == gpu.SourceDCGM, c.reason)
+			}
+		})
+	}
+}
+
+// Hopper and later profile through GPM: neither another DCGM holding the
+// profiling hardware nor a host engine without root keeps them from it.
+func TestProfilingThroughGPM(t *testing.T) {
+	for _, mode := range []string{"held", "requires_root"} {
+		g := twoGPUs()
+		for i := range g {
+			g[i].Product = "NVIDIA H100 80GB HBM3"
+		}
+		m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Profiling: mode}, NVML: true, GPUs: g})
+		src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+		r := read(t, src)
+		if st := group(r, gpu.GroupProfiling); !st.Watched || entity(t, r, gpu0).Values[gpu.FieldProfGrEngine] != 0.5 {
+			t.Errorf("H100, profiling %s: %+v %v, want watched", mode, st, entity(t, r, gpu0).Values)
+		}
+		src.Close()
+	}
+}
+
 // Profiling is tried again later: the lock's holder may go away.
 func TestProfilingRetriedWhenTheLockIsFree(t *testing.T) {
 	clk := gpufake.NewClock(time.Time{})
-	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Profiling: "in_use"}, NVML: true, GPUs: twoGPUs(),
+	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Profiling: "held"}, NVML: true, GPUs: twoGPUs(),
 		Steps: []gpufake.Step{{DCGM: &gpufake.DCGMSpec{}}}})
 	src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(clk))
 	defer src.Close()
@@ -190,7 +258,7 @@ func TestMIGReconfigurationBetweenReads(t *testing.T) {
 		Processes: []gpufake.ProcessSpec{{PID: 4242, UsedMemoryBytes: 30 << 30}}}
 	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: []gpufake.GPUSpec{migGPU(a, b)},
 		Steps: []gpufake.Step{{Comment: "A destroyed, C created", GPUs: []gpufake.GPUSpec{migGPU(b, c)}}}})
-	src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+	src := gpu.NewDCGM(m.DCGM(), m.NVML(), standalone(gpufake.NewClock(time.Time{})))
 	defer src.Close()
 	r := read(t, src)
 	if e := entity(t, r, migB); e.Values[gpu.FieldFBUsed] != 2000 {
@@ -225,7 +293,7 @@ func TestBoardFieldsStayOnTheGPU(t *testing.T) {
 	for _, source := range []string{gpu.SourceDCGM, gpu.SourceNVML} {
 		t.Run(source, func(t *testing.T) {
 			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: []gpufake.GPUSpec{migGPU(a)}})
-			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), standalone(gpufake.NewClock(time.Time{})))
 			if source == gpu.SourceNVML {
 				src = gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
 			}
@@ -271,6 +339,48 @@ func TestLastXID(t *testing.T) {
 	}
 }
 
+// A MIG instance's XID is the instance's: DCGM stores it on the compute
+// instance, NVML reports it with the GPU instance ID (to privileged
+// callers only). The GPU's last XID stays 0; the instance reads the code.
+func TestMIGInstanceXID(t *testing.T) {
+	for _, c := range []struct {
+		source     string
+		privileged bool
+	}{{gpu.SourceDCGM, false}, {gpu.SourceNVML, true}, {gpu.SourceNVML, false}} {
+		t.Run(fmt.Sprintf("%s/privileged=%v", c.source, c.privileged), func(t *testing.T) {
+			a := gpufake.MIGSpec{UUID: migA, GI: 3, Profile: "1g.10gb", Fields: instanceFields(1000, 0.1)}
+			b := gpufake.MIGSpec{UUID: migB, GI: 4, Profile: "1g.10gb", Placement: 1, Fields: instanceFields(1000, 0.1)}
+			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{Address: "nvidia-dcgm:5555"}, NVML: true, Privileged: c.privileged,
+				GPUs: []gpufake.GPUSpec{migGPU(a, b)}, Steps: []gpufake.Step{{XIDs: []gpufake.XID{{UUID: migB, Code: 43}}}}})
+			o := opts(gpufake.NewClock(time.Time{}))
+			o.HostEngine = "nvidia-dcgm:5555"
+			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), o)
+			if c.source == gpu.SourceNVML {
+				src = gpu.NewNVML(m.NVML(), o)
+			}
+			defer src.Close()
+			read(t, src)
+			m.Step()
+			r := read(t, src)
+			if x := entity(t, r, gpu0).Values[gpu.FieldXIDErrors]; x != 0 {
+				t.Errorf("the GPU's last XID %v, want 0 (the XID is the instance's)", x)
+			}
+			x, ok := entity(t, r, migB).Values[gpu.FieldXIDErrors]
+			switch {
+			case c.source == gpu.SourceNVML && !c.privileged:
+				if ok {
+					t.Errorf("unprivileged NVML: instance XID %v, want none (NVML does not report it)", x)
+				}
+			case x != 43:
+				t.Errorf("instance B's last XID %v (present %v), want 43", x, ok)
+			}
+			if x := entity(t, r, migA).Values[gpu.FieldXIDErrors]; x != 0 {
+				t.Errorf("instance A's last XID %v, want 0", x)
+			}
+		})
+	}
+}
+
 // Defect 7: MIG profile names are the driver's (+me, its memory rounding),
 // found without NVML's privileged calls; placements need them.
 func TestProfileNames(t *testing.T) {
@@ -280,7 +390,7 @@ func TestProfileNames(t *testing.T) {
 	for _, privileged := range []bool{false, true} {
 		t.Run(fmt.Sprintf("privileged=%v", privileged), func(t *testing.T) {
 			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, Privileged: privileged, GPUs: []gpufake.GPUSpec{migGPU(me, plain, big)}})
-			src := gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			src := gpu.NewDCGM(m.DCGM(), m.NVML(), standalone(gpufake.NewClock(time.Time{})))
 			defer src.Close()
 			r := read(t, src)
 			for uuid, want := range map[string]string{migA: "1g.10gb+me", migB: "1g.10gb", migC: "1g.20gb"} {
@@ -375,6 +485,53 @@ func TestLostGPU(t *testing.T) {
 	}
 }
 
+// One GPU NVML counts but cannot open (NO_PERMISSION on its handle, or
+// GPU_IS_LOST) leaves the other GPUs served; one an earlier session named
+// is reported lost under its UUID after the source opens again.
+func TestOneBadGPU(t *testing.T) {
+	for _, source := range []string{gpu.SourceDCGM, gpu.SourceNVML} {
+		t.Run(source+"/no_permission", func(t *testing.T) {
+			g := twoGPUs()
+			g[1].NoPermission = true
+			m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: g})
+			var src gpu.Source = gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			if source == gpu.SourceNVML {
+				src = gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
+			}
+			defer src.Close()
+			r := read(t, src)
+			if e := entity(t, r, gpu0); e.Lost || e.Values[gpu.FieldGPUUtil] != 87 {
+				t.Errorf("the healthy GPU: %+v", e)
+			}
+			for _, e := range r.Entities {
+				if e.UUID == gpu1 || e.UUID == "" {
+					t.Errorf("a GPU nobody could name reported: %+v", e)
+				}
+			}
+		})
+	}
+	t.Run("dcgm/lost_then_reconnect", func(t *testing.T) {
+		lost := twoGPUs()
+		lost[1].Lost = true
+		m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: twoGPUs(), Steps: []gpufake.Step{
+			{Comment: "GPU 1 falls off the bus; nv-hostengine restarts", GPUs: lost, RestartHostEngine: true}}})
+		src := gpu.NewDCGM(m.DCGM(), m.NVML(), gpu.Options{HostEngine: "nvidia-dcgm:5555", Now: gpufake.NewClock(time.Time{}).Now, Timeout: 2 * time.Second})
+		defer src.Close()
+		read(t, src)
+		m.Step()
+		if _, err := src.Read(context.Background()); err == nil {
+			t.Fatal("read on the lost connection: want an error")
+		}
+		r := read(t, src)
+		if e := entity(t, r, gpu0); e.Lost || e.Values[gpu.FieldGPUUtil] != 87 {
+			t.Errorf("the healthy GPU: %+v", e)
+		}
+		if e := entity(t, r, gpu1); !e.Lost || len(e.Values) != 0 {
+			t.Errorf("the lost GPU: %+v, want lost without values", e)
+		}
+	})
+}
+
 // NVML serves where DCGM cannot start; DCGM takes over once it can.
 func TestAutoPrefersDCGM(t *testing.T) {
 	clk := gpufake.NewClock(time.Time{})
@@ -417,5 +574,60 @@ func TestNoLibrary(t *testing.T) {
 	src2 := gpu.NewAuto(nil, nil, opts(gpufake.NewClock(time.Time{})))
 	if _, err := src2.Read(context.Background()); !errors.Is(err, gpu.ErrUnavailable) {
 		t.Errorf("no libraries in this build: %v", err)
+	}
+}
+
+// Used memory means the same on both sources: DCGM reads NVML's version-2
+// memory, which leaves the driver's reserved memory out; NVML's version 1
+// counts it as used.
+func TestMemoryMeansTheSameOnBothSources(t *testing.T) {
+	g := twoGPUs()
+	g[0].ReservedMiB = 512
+	g[0].Fields["DCGM_FI_DEV_FB_FREE"] = 81559 - 512 - 1000 // total = reserved + free + used (nvml.h:272-279)
+	m := gpufake.New(gpufake.Spec{DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: g})
+	for _, src := range []gpu.Source{
+		gpu.NewDCGM(m.DCGM(), m.NVML(), opts(gpufake.NewClock(time.Time{}))),
+		gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{}))),
+	} {
+		r := read(t, src)
+		e := entity(t, r, gpu0)
+		if e.Values[gpu.FieldFBUsed] != 1000 || e.Values[gpu.FieldFBTotal] != 81559 || e.Values[gpu.FieldFBFree] != 80047 {
+			t.Errorf("%s: memory used %v, total %v, free %v; want 1000, 81559, 80047 MiB", r.Source,
+				e.Values[gpu.FieldFBUsed], e.Values[gpu.FieldFBTotal], e.Values[gpu.FieldFBFree])
+		}
+		src.Close()
+	}
+}
+
+// The driver lists only the processes of the caller's PID namespace: an
+// agent without hostPID sees none of the pods' processes, while the GPU's
+// memory still counts them.
+func TestProcessesPerPIDNamespace(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		m := gpufake.New(gpufake.Spec{NVML: true, OwnPIDNamespace: own, GPUs: twoGPUs()})
+		src := gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
+		e := entity(t, read(t, src), gpu0)
+		if want := map[bool]int{false: 1, true: 0}[own]; len(e.Processes) != want || e.Values[gpu.FieldFBUsed] != 1000 {
+			t.Errorf("own PID namespace %v: %d processes, memory used %v; want %d, 1000", own, len(e.Processes), e.Values[gpu.FieldFBUsed], want)
+		}
+		src.Close()
+	}
+}
+
+// Under MPS NVML's compute list has the server; the clients come from the
+// MPS process list, marked as clients.
+func TestMPSClients(t *testing.T) {
+	g := twoGPUs()
+	g[0].Processes = []gpufake.ProcessSpec{{PID: 500, UsedMemoryBytes: 256 << 20},
+		{PID: 501, UsedMemoryBytes: 4 << 30, MPSClient: true}, {PID: 502, UsedMemoryBytes: 1 << 30, MPSClient: true}}
+	m := gpufake.New(gpufake.Spec{NVML: true, GPUs: g})
+	src := gpu.NewNVML(m.NVML(), opts(gpufake.NewClock(time.Time{})))
+	defer src.Close()
+	got := map[int]bool{}
+	for _, p := range entity(t, read(t, src), gpu0).Processes {
+		got[p.PID] = p.MPSClient
+	}
+	if len(got) != 3 || got[500] || !got[501] || !got[502] {
+		t.Errorf("processes (PID: MPS client) %v, want the server 500 and the clients 501, 502", got)
 	}
 }

@@ -88,6 +88,9 @@ func (a *Agent) Gather(ctx context.Context) (*View, []Step) {
 	start := time.Now()
 	reading, err := safeRead(ctx, a.cfg.GPU)
 	in.Source = a.cfg.GPU.Name()
+	if c, ok := a.cfg.GPU.(interface{ Candidates() []gpu.CandidateStatus }); ok {
+		in.Candidates = c.Candidates()
+	}
 	a.report("gpu", err, "source", in.Source)
 	in.GPU = reading
 	a.mu.Lock()

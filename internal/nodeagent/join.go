@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -35,6 +36,9 @@ type Inputs struct {
 	// GPU is nil when the GPU source failed.
 	Source string
 	GPU    *gpu.Reading
+	// Candidates are the libraries the source may serve from, with
+	// their state (nil for a source of one library).
+	Candidates []gpu.CandidateStatus
 	// PodOfPID maps a GPU process to its pod UID ("" for none); nil when
 	// the host's processes are not visible.
 	PodOfPID map[int]string
@@ -56,7 +60,7 @@ type sliceDevice struct {
 // Join attributes the node's GPUs. It never fails: missing or odd inputs
 // give fewer series, not an error.
 func Join(in Inputs) *View {
-	v := &View{Node: in.Node, Source: in.Source, SourceUp: in.GPU != nil, PodResourcesUp: in.Kubelet != nil, ProcVisible: in.ProcVisible}
+	v := &View{Node: in.Node, Source: in.Source, SourceUp: in.GPU != nil, PodResourcesUp: in.Kubelet != nil, ProcVisible: in.ProcVisible, Candidates: in.Candidates}
 	if in.GPU != nil {
 		v.Groups = in.GPU.Groups
 		if in.GPU.Source != "" {
@@ -98,17 +102,24 @@ func Join(in Inputs) *View {
 			matched[d.DeviceRef] = true
 		}
 	}
-	for _, e := range entities {
-		if _, ok := entityRef[e.UUID]; ok || e.MIG == nil {
-			continue
-		}
-		if d := matchDynamicMIG(e, devices, matched, heldDevices); d != nil {
-			entityRef[e.UUID] = d.DeviceRef
-			matched[d.DeviceRef] = true
-			// A dynamic-MIG slice device has no uuid: the source's
-			// entity gives it one, so claims on it resolve.
-			d.uuid = e.UUID
-			byUUID[e.UUID] = d
+	// Matching one instance can leave another a single candidate: go on
+	// until a pass matches none.
+	holdersOf := podHolders(in, podsByName)
+	for progress := true; progress; {
+		progress = false
+		for _, e := range entities {
+			if _, ok := entityRef[e.UUID]; ok || e.MIG == nil {
+				continue
+			}
+			if d := matchDynamicMIG(e, devices, matched, heldDevices, podsOn(e, in.PodOfPID), holdersOf); d != nil {
+				entityRef[e.UUID] = d.DeviceRef
+				matched[d.DeviceRef] = true
+				// A dynamic-MIG slice device has no uuid: the source's
+				// entity gives it one, so claims on it resolve.
+				d.uuid = e.UUID
+				byUUID[e.UUID] = d
+				progress = true
+			}
 		}
 	}
 
@@ -143,6 +154,19 @@ func Join(in Inputs) *View {
 			allowed[h.GPUUUID] = map[string]bool{}
 		}
 		allowed[h.GPUUUID][h.PodUID] = true
+	}
+	// The MPS server of a claim runs in the DRA driver's control-daemon
+	// pod, which holds no claim: it may use the GPUs of the claim it
+	// serves.
+	for uid, refs := range mpsDaemons(pods, in.Claims) {
+		for _, ref := range refs {
+			if d := byRef[ref]; d != nil && d.uuid != "" {
+				if allowed[d.uuid] == nil {
+					allowed[d.uuid] = map[string]bool{}
+				}
+				allowed[d.uuid][uid] = true
+			}
+		}
 	}
 	instancesHeld := map[string]bool{}
 	for _, e := range entities {
@@ -219,12 +243,13 @@ func stringAttr(attrs devattr.Attributes, driver, name string) string {
 
 // matchDynamicMIG finds the slice device of a MIG instance that the driver
 // published without a uuid (dynamic MIG: the instance is created on
-// prepare): same parent GPU and profile; of several, the one a claim
-// holds (the driver creates an instance for an allocated device only),
-// else the one whose name ends in the instance's placement start
-// (gpu-<minor>-mig-<profile>-<id>-<start>), which NVML gives privileged
-// callers only.
-func matchDynamicMIG(e gpu.Entity, devices []*sliceDevice, taken, held map[DeviceRef]bool) *sliceDevice {
+// prepare): same parent GPU and profile; of several, the one whose name
+// ends in the instance's placement start (gpu-<minor>-mig-<profile>-<id>-
+// <start>), which NVML gives privileged callers only; else, of those a
+// claim holds (the driver creates an instance for an allocated device
+// only), the one held by the pod a process on the instance belongs to, or
+// the only one left.
+func matchDynamicMIG(e gpu.Entity, devices []*sliceDevice, taken, held map[DeviceRef]bool, podsOnE map[string]bool, holdersOf map[DeviceRef]map[string]bool) *sliceDevice {
 	var candidates, heldCandidates []*sliceDevice
 	for _, d := range devices {
 		if d.uuid == "" && !taken[d.DeviceRef] && d.parentUUID == e.ParentUUID && d.profile == e.MIG.Profile {
@@ -245,10 +270,97 @@ func matchDynamicMIG(e gpu.Entity, devices []*sliceDevice, taken, held map[Devic
 			}
 		}
 	}
+	var byProcess []*sliceDevice
+	for _, d := range heldCandidates {
+		for uid := range podsOnE {
+			if holdersOf[d.DeviceRef][uid] {
+				byProcess = append(byProcess, d)
+				break
+			}
+		}
+	}
+	if len(byProcess) == 1 {
+		return byProcess[0]
+	}
 	if len(heldCandidates) == 1 {
 		return heldCandidates[0]
 	}
 	return nil
+}
+
+// mpsDaemonPrefix starts the name of the DRA driver's MPS control daemon
+// for a claim: a Deployment mps-control-daemon-<claim UID>-<hash>
+// (k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/sharing.go,
+// MpsControlDaemonNameFmt and GetMpsControlDaemonID), whose pod runs the
+// claim's nvidia-cuda-mps-server.
+const mpsDaemonPrefix = "mps-control-daemon-"
+
+// mpsDaemons returns, per MPS control-daemon pod of the node, the devices
+// of the claim it serves.
+func mpsDaemons(pods map[string]*corev1.Pod, claims map[string]*resourceapi.ResourceClaim) map[string][]DeviceRef {
+	out := map[string][]DeviceRef{}
+	for uid, p := range pods {
+		rest, ok := strings.CutPrefix(p.Name, mpsDaemonPrefix)
+		if !ok {
+			continue
+		}
+		for _, c := range claims {
+			if c.UID == "" || !strings.HasPrefix(rest, string(c.UID)+"-") || c.Status.Allocation == nil {
+				continue
+			}
+			for _, r := range c.Status.Allocation.Devices.Results {
+				out[uid] = append(out[uid], DeviceRef{Driver: r.Driver, Pool: r.Pool, Device: r.Device})
+			}
+		}
+	}
+	return out
+}
+
+// podsOn returns the UIDs of the pods with a process on an entity.
+func podsOn(e gpu.Entity, podOf map[int]string) map[string]bool {
+	out := map[string]bool{}
+	for _, p := range e.Processes {
+		if uid := podOf[p.PID]; uid != "" {
+			out[uid] = true
+		}
+	}
+	return out
+}
+
+// podHolders returns, per device, the UIDs of the pods a claim reserves it
+// for or the kubelet prepared it for.
+func podHolders(in Inputs, podsByName map[string]*corev1.Pod) map[DeviceRef]map[string]bool {
+	out := map[DeviceRef]map[string]bool{}
+	add := func(ref DeviceRef, uid string) {
+		if out[ref] == nil {
+			out[ref] = map[string]bool{}
+		}
+		out[ref][uid] = true
+	}
+	for _, c := range in.Claims {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			for _, rf := range c.Status.ReservedFor {
+				if rf.Resource == "pods" {
+					add(DeviceRef{Driver: r.Driver, Pool: r.Pool, Device: r.Device}, string(rf.UID))
+				}
+			}
+		}
+	}
+	if in.Kubelet != nil {
+		for _, kp := range in.Kubelet.Pods {
+			p := podsByName[kp.Namespace+"/"+kp.Name]
+			if p == nil {
+				continue
+			}
+			for _, c := range kp.Claims {
+				add(DeviceRef{Driver: c.Driver, Pool: c.Pool, Device: c.Device}, string(p.UID))
+			}
+		}
+	}
+	return out
 }
 
 // heldRefs are the devices of the node's claims: allocated, or prepared
@@ -354,7 +466,7 @@ func kubeletHolders(in Inputs, podsByName map[string]*corev1.Pod, byRef map[Devi
 			uid = string(p.UID)
 		}
 		for _, d := range kp.Devices {
-			if !in.DevicePluginResources.Has(d.Resource) {
+			if !devicePluginResource(in.DevicePluginResources, d.Resource) {
 				continue
 			}
 			uuid := devicePluginGPU(d.ID, entities)
@@ -378,6 +490,32 @@ func kubeletHolders(in Inputs, podsByName map[string]*corev1.Pod, byRef map[Devi
 // some plugins (GKE's) name GPUs.
 var nvidiaDevice = regexp.MustCompile(`^nvidia([0-9]+)$`)
 
+// GKE's plugin names a MIG instance nvidia<minor>/gi<GPU instance>, with
+// /vgpu<n> under time-sharing, and a time-shared GPU nvidia<minor>/vgpu<n>
+// (dcgm-exporter kubernetes.go, gkeMigDeviceIDRegex and "/vgpu").
+var gkeMIG = regexp.MustCompile(`^nvidia([0-9]+)/gi([0-9]+)(/vgpu[0-9]+)?$`)
+
+// NVIDIA's plugin with DEVICE_ID_STRATEGY=index names a GPU by its NVML
+// index and a MIG device <gpu index>:<its position among the GPU's MIG
+// devices> (k8s-device-plugin, setMigDeviceMapEntry: "%v:%v").
+var (
+	indexGPU = regexp.MustCompile(`^([0-9]+)$`)
+	indexMIG = regexp.MustCompile(`^([0-9]+):([0-9]+)$`)
+)
+
+// devicePluginResource reports whether a device-plugin resource is a GPU
+// one: a configured resource, or, with nvidia.com/gpu configured, the
+// NVIDIA plugin's other names for its GPUs: nvidia.com/gpu.shared
+// (time-slicing or MPS with renameByDefault) and nvidia.com/mig-<profile>
+// (the mixed MIG strategy; dcgm-exporter takes the nvidia.com/mig- prefix
+// the same way, kubernetes.go iterateGPUDevices).
+func devicePluginResource(configured dra.Resources, name string) bool {
+	if configured.Has(name) {
+		return true
+	}
+	return configured.Has("nvidia.com/gpu") && (name == "nvidia.com/gpu.shared" || strings.HasPrefix(name, "nvidia.com/mig-"))
+}
+
 // devicePluginGPU returns the GPU or MIG UUID of a device-plugin device ID,
 // "" when it names none. NVIDIA's device plugin uses the UUID, and with
 // time-slicing or MPS the UUID and a replica number, GPU-<uuid>::<n>
@@ -385,20 +523,52 @@ var nvidiaDevice = regexp.MustCompile(`^nvidia([0-9]+)$`)
 // plugins name the device file, nvidia<minor>, which the GPU source maps.
 func devicePluginGPU(id string, entities []gpu.Entity) string {
 	id, _, _ = strings.Cut(id, "::")
-	if m := nvidiaDevice.FindStringSubmatch(id); m != nil {
-		minor, err := strconv.Atoi(m[1])
-		if err != nil {
-			return ""
-		}
-		for _, e := range entities {
-			if e.MIG == nil && e.Minor == minor {
-				return e.UUID
-			}
-		}
-		return ""
+	if n, ok := numbers(gkeMIG, id); ok {
+		return entityUUID(entities, func(e gpu.Entity) bool { return e.MIG != nil && e.Minor == n[0] && e.MIG.GPUInstanceID == n[1] })
+	}
+	id, _, _ = strings.Cut(id, "/vgpu")
+	if n, ok := numbers(indexMIG, id); ok {
+		return entityUUID(entities, func(e gpu.Entity) bool { return e.MIG != nil && e.Index == n[0] && e.MIG.DeviceIndex == n[1] })
+	}
+	if n, ok := numbers(indexGPU, id); ok {
+		return entityUUID(entities, func(e gpu.Entity) bool { return e.MIG == nil && e.Index == n[0] })
+	}
+	if n, ok := numbers(nvidiaDevice, id); ok {
+		return entityUUID(entities, func(e gpu.Entity) bool { return e.MIG == nil && e.Minor == n[0] })
 	}
 	if strings.HasPrefix(id, "GPU-") || strings.HasPrefix(id, "MIG-") {
 		return id
+	}
+	return ""
+}
+
+// numbers returns the numbers re's groups capture in s.
+func numbers(re *regexp.Regexp, s string) ([]int, bool) {
+	m := re.FindStringSubmatch(s)
+	if m == nil {
+		return nil, false
+	}
+	out := make([]int, 0, len(m)-1)
+	for _, g := range m[1:] {
+		if g == "" || !unicode.IsDigit(rune(g[0])) {
+			continue // an optional suffix such as /vgpu<n>
+		}
+		n, err := strconv.Atoi(g)
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, n)
+	}
+	return out, true
+}
+
+// entityUUID returns the UUID of the first entity that matches, "" when
+// none does.
+func entityUUID(entities []gpu.Entity, match func(gpu.Entity) bool) string {
+	for _, e := range entities {
+		if match(e) {
+			return e.UUID
+		}
 	}
 	return ""
 }

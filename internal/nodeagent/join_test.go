@@ -139,6 +139,120 @@ func TestJoinDevicePluginIDs(t *testing.T) {
 	}
 }
 
+// Every device-plugin ID form seen in the field names its GPU or MIG
+// instance: GKE's nvidia<minor>/vgpu<n> (time-sharing) and
+// nvidia<minor>/gi<id>[/vgpu<n>] (MIG), the NVIDIA plugin's index strategy
+// (<index>, <index>:<n>, with ::<replica>), and its resources
+// nvidia.com/gpu.shared and nvidia.com/mig-<profile>.
+func TestJoinDevicePluginIDForms(t *testing.T) {
+	const migX, migY = "MIG-xxxxxxxx-0000-4000-8000-000000000000", "MIG-yyyyyyyy-0000-4000-8000-000000000000"
+	for _, c := range []struct{ resource, id, want string }{
+		{"nvidia.com/gpu", "nvidia0/vgpu3", gpuA},
+		{"nvidia.com/gpu", "nvidia1/gi2", migY},
+		{"nvidia.com/gpu", "nvidia1/gi1/vgpu0", migX},
+		{"nvidia.com/gpu", "0", gpuA},
+		{"nvidia.com/gpu", "0::2", gpuA},
+		{"nvidia.com/mig-1g.10gb", "1:1", migY},
+		{"nvidia.com/mig-1g.10gb", migX, migX},
+		{"nvidia.com/gpu.shared", gpuA + "::1", gpuA},
+	} {
+		p := pod("dp-0")
+		in := inputs(p)
+		in.GPU.Entities[0].Index = 0
+		in.GPU.Entities[1].Index = 1
+		in.GPU.Entities = append(in.GPU.Entities,
+			gpu.Entity{UUID: migX, ParentUUID: gpuB, Index: 1, Minor: 1, MIG: &gpu.MIGInstance{GPUInstanceID: 1, Profile: "1g.10gb", DeviceIndex: 0}},
+			gpu.Entity{UUID: migY, ParentUUID: gpuB, Index: 1, Minor: 1, MIG: &gpu.MIGInstance{GPUInstanceID: 2, Profile: "1g.10gb", DeviceIndex: 1}})
+		in.Kubelet = &podresources.Report{Pods: []podresources.Pod{
+			{Namespace: p.Namespace, Name: p.Name, Devices: []podresources.Device{{Container: "main", Resource: c.resource, ID: c.id}}},
+		}}
+		var got []string
+		for _, h := range Join(in).Holders {
+			if h.Lane == LaneDevicePlugin {
+				got = append(got, h.GPUUUID)
+			}
+		}
+		if len(got) != 1 || got[0] != c.want {
+			t.Errorf("%s %q: device-plugin holders of %v, want %s", c.resource, c.id, got, c.want)
+		}
+	}
+}
+
+// Two dynamic MIG instances of one profile on one GPU, placements unknown
+// (NVML without privileges): each is told apart through its process, the
+// process's pod and the claim that pod holds, so neither pod is a false
+// isolation violation and both instances are allocated.
+func TestJoinSameProfileDynamicMIG(t *testing.T) {
+	const migX, migY = "MIG-xxxxxxxx-0000-4000-8000-000000000000", "MIG-yyyyyyyy-0000-4000-8000-000000000000"
+	p1, p2 := pod("infer-1"), pod("infer-2")
+	c1, c2 := allocated("infer-1-gpu", p1, "gpu-1-mig-19-0-1"), allocated("infer-2-gpu", p2, "gpu-1-mig-19-2-1")
+	in := inputs(p1, p2, c1, c2)
+	var tr objects.Trimmer
+	var devs []resourceapi.Device
+	for _, start := range []int{0, 1, 2} {
+		devs = append(devs, nvidia.MIGDevice(fmt.Sprintf("gpu-1-mig-19-%d-1", start), "", gpuB, "1g.10gb", "NVIDIA H100 80GB HBM3", "10Gi"))
+	}
+	in.Slices = append(in.Slices, tr.Trim(nvidia.Slice(node+"-mig", node, 1, devs...)).(*objects.Slice))
+	in.GPU.Entities = append(in.GPU.Entities,
+		gpu.Entity{UUID: migX, ParentUUID: gpuB, Index: 1, Minor: 1, MIG: &gpu.MIGInstance{GPUInstanceID: 7, Profile: "1g.10gb", PlacementStart: -1, DeviceIndex: 0},
+			Processes: []gpu.Process{{PID: 301, UsedMemoryBytes: 1 << 30}}},
+		gpu.Entity{UUID: migY, ParentUUID: gpuB, Index: 1, Minor: 1, MIG: &gpu.MIGInstance{GPUInstanceID: 8, Profile: "1g.10gb", PlacementStart: -1, DeviceIndex: 1},
+			Processes: []gpu.Process{{PID: 302, UsedMemoryBytes: 1 << 30}}})
+	in.Kubelet = &podresources.Report{Dynamic: true}
+	for _, pc := range []struct {
+		p *corev1.Pod
+		c *resourceapi.ResourceClaim
+	}{{p1, c1}, {p2, c2}} {
+		in.Kubelet.Pods = append(in.Kubelet.Pods, podresources.Pod{Namespace: pc.p.Namespace, Name: pc.p.Name, Claims: []podresources.ClaimDevice{{
+			Container: "main", ClaimNamespace: pc.c.Namespace, ClaimName: pc.c.Name, Driver: testobj.Driver, Pool: node, Device: pc.c.Status.Allocation.Devices.Results[0].Device}}})
+	}
+	in.PodOfPID = map[int]string{301: string(p2.UID), 302: string(p1.UID)}
+	v := Join(in)
+	if len(v.Violations) != 0 {
+		t.Errorf("violations %+v, want none: each pod runs on the instance of its claim", v.Violations)
+	}
+	for uuid, want := range map[string]string{migX: "gpu-1-mig-19-2-1", migY: "gpu-1-mig-19-0-1"} {
+		for _, g := range v.GPUs {
+			if g.UUID == uuid && (g.Lane != LaneDRA || g.Device != want) {
+				t.Errorf("%s: lane %q device %q, want dra %s", uuid, g.Lane, g.Device, want)
+			}
+		}
+	}
+}
+
+// MPS: the GPU's process list has the claim's MPS server, in the DRA
+// driver's control-daemon pod (which holds no claim), and the clients,
+// each in its pod. Neither is a violation; each pod's memory is its own.
+func TestJoinMPS(t *testing.T) {
+	client := pod("infer-0")
+	claim := allocated("infer-0-gpu", client, "gpu-0")
+	daemon := testobj.Running(testobj.Bound(testobj.Pod("mps-control-daemon-"+string(claim.UID)+"-3f2a1-7d9c8b6f5-x2x4z", "d0d0d0d0-0000-4000-8000-000000000000"), node))
+	daemon.Namespace = "nvidia-dra-driver-gpu"
+	stranger := pod("other-0")
+	in := inputs(client, claim, daemon, stranger)
+	in.Kubelet = &podresources.Report{Dynamic: true, Pods: []podresources.Pod{{Namespace: client.Namespace, Name: client.Name, Claims: []podresources.ClaimDevice{{
+		Container: "main", ClaimNamespace: claim.Namespace, ClaimName: claim.Name, Driver: testobj.Driver, Pool: node, Device: "gpu-0"}}}}}
+	in.GPU.Entities[0].Processes = []gpu.Process{
+		{PID: 100, UsedMemoryBytes: 256 << 20},
+		{PID: 101, UsedMemoryBytes: 4 << 30, MPSClient: true},
+		{PID: 102, UsedMemoryBytes: 1 << 30, MPSClient: true},
+	}
+	in.PodOfPID = map[int]string{100: string(daemon.UID), 101: string(client.UID), 102: string(stranger.UID)}
+	v := Join(in)
+	if len(v.Violations) != 1 || v.Violations[0].Pod != stranger.Name {
+		t.Errorf("violations %+v, want only %s (an MPS client without the claim)", v.Violations, stranger.Name)
+	}
+	mem := map[string]float64{}
+	for _, m := range v.PodMemory {
+		if m.GPUUUID == gpuA {
+			mem[m.Pod] = m.Bytes
+		}
+	}
+	if mem[client.Name] != 4<<30 || mem[daemon.Name] != 256<<20 {
+		t.Errorf("per-pod memory %v", mem)
+	}
+}
+
 // Only the configured resources are device-plugin GPUs (the exporter's
 // --device-plugin.resources), not every nvidia.com/ resource.
 func TestJoinDevicePluginResources(t *testing.T) {

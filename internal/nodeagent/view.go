@@ -54,6 +54,8 @@ type View struct {
 
 	Source   string
 	SourceUp bool
+	// Candidates says which library serves and why the others do not.
+	Candidates []gpu.CandidateStatus
 	// Groups says which field groups the source watches (with the
 	// source up).
 	Groups         []gpu.GroupStatus

@@ -64,7 +64,7 @@ var gpuFamilies = []gpuFamily{
 	newGPUFamily(gpu.FieldSMClock, "dra_gpu_sm_clock_hertz", family.TypeGauge,
 		"Streaming multiprocessor clock, in hertz."),
 	newGPUFamily(gpu.FieldXIDErrors, "dra_gpu_last_xid_error", family.TypeGauge,
-		"Code of the last XID error the driver reported for the GPU (0: none yet). None since DCGM started watching the GPU, or with NVML since the agent started."),
+		"Code of the last XID error the driver reported for the GPU or MIG instance (0: none yet). None since DCGM started watching the GPU, or with NVML since the agent started; a MIG instance's XIDs are its own (with NVML, to a privileged agent only), the GPU's those of the whole device."),
 	newGPUFamily(gpu.FieldECCSBEVolTotal, "dra_gpu_ecc_single_bit_errors_total", family.TypeCounter,
 		"Single-bit (corrected) ECC errors since the driver loaded."),
 	newGPUFamily(gpu.FieldECCDBEVolTotal, "dra_gpu_ecc_double_bit_errors_total", family.TypeCounter,
@@ -84,13 +84,13 @@ var (
 		"A GPU or MIG instance of the node, with the ResourceSlice device that publishes it."+docSep+"From the GPU source or the node's ResourceSlices. Always 1.",
 		"node", "gpu_uuid", "parent_gpu_uuid", "product", "driver", "pool", "device")
 	gpuLost = family.NewSplit("dra_gpu_lost", family.TypeGauge,
-		"Whether the GPU source reports the GPU (or a MIG instance's GPU) lost, fallen off the bus (1), or not (0)."+docSep+"A lost GPU (XID 79) answers no field: its telemetry families are absent while this reads 1 and the source is up. Needs a node reboot or a GPU reset.",
+		"Whether the GPU source reports the GPU (or a MIG instance's GPU) lost, fallen off the bus (1), or not (0)."+docSep+"A lost GPU (XID 79) answers no field: its telemetry families are absent while this reads 1 and the source is up. Needs a node reboot or a GPU reset. Also 1 for a GPU that NVML counts but can no longer open (GPU_IS_LOST or NO_PERMISSION on its handle), under the UUID the agent read before; the node's other GPUs are served. One the agent never named is only logged.",
 		gpuLabels...)
 	gpuHolderInfo = family.NewSplit("dra_gpu_holder_info", family.TypeGauge,
-		"A pod holding a GPU or MIG instance, in the dra, dra-extended or device-plugin lane."+docSep+"In the dra lane through a claim (what the kubelet prepared, or the claim allocations when the kubelet does not report DRA), in the device-plugin lane through the kubelet's device assignment (--device-plugin.resources; time-sliced and MPS replicas GPU-<uuid>::<n> and nvidia<minor> IDs name their GPU). Always 1.",
+		"A pod holding a GPU or MIG instance, in the dra, dra-extended or device-plugin lane."+docSep+"In the dra lane through a claim (what the kubelet prepared, or the claim allocations when the kubelet does not report DRA), in the device-plugin lane through the kubelet's device assignment (--device-plugin.resources, with nvidia.com/gpu also nvidia.com/gpu.shared and nvidia.com/mig-*; IDs GPU-/MIG-<uuid>, replicas <id>::<n>, GKE's nvidia<minor>, nvidia<minor>/vgpu<n> and nvidia<minor>/gi<id>, the index strategy's <index> and <index>:<n> name their GPU or MIG instance). Always 1.",
 		"node", "gpu_uuid", "lane", "namespace", "pod", "pod_uid", "claim")
 	gpuPodMemory = family.NewSplit("dra_gpu_pod_memory_used_bytes", family.TypeGauge,
-		"GPU memory the processes of one pod use on a GPU or MIG instance, in bytes."+docSep+"From the NVML process list, each PID mapped to its pod by its cgroup. Processes of no pod have empty pod labels; the series of a GPU add up to its processes' memory. A process whose memory NVML cannot tell (NVML_VALUE_NOT_AVAILABLE) adds nothing.",
+		"GPU memory the processes of one pod use on a GPU or MIG instance, in bytes."+docSep+"From the NVML process list (under MPS the server, in the DRA driver's control-daemon pod, plus the MPS client list), each PID mapped to its pod by its cgroup. Processes of no pod have empty pod labels; the series of a GPU add up to its processes' memory. A process whose memory NVML cannot tell (NVML_VALUE_NOT_AVAILABLE) adds nothing.",
 		"node", "gpu_uuid", "namespace", "pod", "pod_uid")
 	gpuIsolationViolation = family.NewSplit("dra_gpu_isolation_violation", family.TypeGauge,
 		"A pod with a process on a GPU it holds in neither lane (neither the kubelet nor a claim allocation gives it this GPU). Always 1.",
@@ -101,15 +101,18 @@ var (
 	gpuSourceUp = family.NewSplit("dra_gpu_source_up", family.TypeGauge,
 		"Whether the GPU source answered the last scrape (1) or not (0)."+docSep+"source names the one serving (dcgm, nvml, recorded), or the configured one (auto, dcgm, nvml, none) while none does. With --gpu.source=auto DCGM serves where it starts (profiling needs it), NVML (part of the driver) where it does not. While it is 0 the GPU telemetry families are absent, the agent reconnects with backoff, and the claim and kubelet families are still served.",
 		"source")
+	gpuSourceInfo = family.NewSplit("dra_gpu_source_info", family.TypeGauge,
+		"A library the GPU source may serve from (dcgm, nvml), its state and, when unavailable, why. Always 1."+docSep+"state serving, unavailable (it failed to open) or standby (a preferred one serves); reason library_missing (libdcgm.so.4 or libnvidia-ml.so.1 absent, or a build without cgo), hostengine_unreachable (the standalone nv-hostengine does not answer), embedded_mig_unprivileged (the embedded host engine cannot start while a GPU has MIG mode on: DCGM then needs root and NVML's privileged GPU-instance calls; point --dcgm.hostengine-address at the GPU Operator's nv-hostengine), failed (logged). Absent for --gpu.source recorded or none.",
+		"source", "state", "reason")
 	fieldGroupWatched = family.NewSplit("dra_gpu_field_group_watched", family.TypeGauge,
-		"Whether the GPU source watches a group of fields (1) or not (0), with the reason when not."+docSep+"field_group basic (utilisation, memory, power, temperature, clock, ECC, XID) or profiling (DCGM_FI_PROF_*, DCGM only); reason unsupported, no_permission (profiling needs CAP_SYS_ADMIN before Hopper), in_use (another DCGM client holds the profiling lock: the GPU Operator's dcgm-exporter), failed. Profiling is watched apart from the basic fields, so its failure leaves them served. Absent while the source is down.",
+		"Whether the GPU source watches a group of fields (1) or not (0), with the reason when not."+docSep+"field_group basic (utilisation, memory, power, temperature, clock, ECC, XID) or profiling (DCGM_FI_PROF_*, DCGM only); reason unsupported, no_permission (before Hopper the host engine needs CAP_SYS_ADMIN to profile), profiling_module_error (DCGM's profiling module failed, -37: before Hopper most often another DCGM, the GPU Operator's dcgm-exporter, holds the profiling hardware), failed; told from DCGM's status code or, where go-dcgm returns plain text, its message. Profiling is watched apart from the basic fields, so its failure leaves them served. Absent while the source is down.",
 		"field_group", "reason")
 	podResourcesUp = family.NewSplit("dra_node_podresources_up", family.TypeGauge,
 		"Whether the kubelet's pod-resources API answered the last scrape (1) or not (0: socket missing, kubelet down, disabled). While it is 0 the dra lane falls back to the claim allocations and the device-plugin lane is unknown.")
 	podResourcesDynamic = family.NewSplit("dra_node_podresources_dynamic_resources", family.TypeGauge,
 		"Whether the kubelet's pod-resources API reports DRA claims (1) or not (0)."+docSep+"0 while pods of the node hold allocated claims: feature gate KubeletPodResourcesDynamicResources off or an old kubelet; the dra lane then comes from the claim allocations. Absent when it cannot be told.")
 	hostProcsVisible = family.NewSplit("dra_node_host_processes_visible", family.TypeGauge,
-		"Whether the host's processes are visible under --proc-root (1) or not (0)."+docSep+"1 only in the host's PID namespace (hostPID: the kernel's kthreadd is PID 2 there), where NVML's process IDs resolve; without it GPU processes do not map to pods: no per-pod memory, no isolation check.")
+		"Whether the host's processes are visible under --proc-root (1) or not (0)."+docSep+"1 only in the host's PID namespace (hostPID: the kernel's kthreadd is PID 2 there), where NVML's process IDs resolve; without it the driver lists none of the pods' GPU processes (it answers only those of the caller's PID namespace): no per-pod memory, no isolation check.")
 	nodeScrapeDuration = family.NewSplit("dra_node_scrape_collector_duration_seconds", family.TypeGauge,
 		"Time a part of the node agent's scrape took (gpu, podresources, procmap, join), in seconds.", "collector").Liveness()
 	nodeScrapeSuccess = family.NewSplit("dra_node_scrape_collector_success", family.TypeGauge,
@@ -141,7 +144,7 @@ func Defs() []*family.Def {
 		defs = append(defs, f.def)
 	}
 	return append(defs, gpuLost, gpuHolderInfo, gpuPodMemory, gpuIsolationViolation, nodeClaimConflict,
-		gpuSourceUp, fieldGroupWatched, podResourcesUp, podResourcesDynamic, hostProcsVisible, nodeScrapeDuration, nodeScrapeSuccess)
+		gpuSourceUp, gpuSourceInfo, fieldGroupWatched, podResourcesUp, podResourcesDynamic, hostProcsVisible, nodeScrapeDuration, nodeScrapeSuccess)
 }
 
 // Describe implements prometheus.Collector.
@@ -224,6 +227,9 @@ func (n *Node) Collect(ch chan<- prometheus.Metric) {
 		s.gauge(nodeClaimConflict, 1, node, c.Namespace, c.Claim, c.Pod, c.PodUID, c.Driver, c.Pool, c.Device, c.GPUUUID, c.Reason)
 	}
 	s.gauge(gpuSourceUp, boolFloat(v.SourceUp), v.Source)
+	for _, c := range v.Candidates {
+		s.gauge(gpuSourceInfo, 1, c.Source, c.State, c.Reason)
+	}
 	if v.SourceUp {
 		for _, g := range v.Groups {
 			s.gauge(fieldGroupWatched, boolFloat(g.Watched), g.Name, g.Reason)

@@ -112,7 +112,7 @@ func migNode(tb testing.TB, dir string) *staticStore {
 			Processes: []gpufake.ProcessSpec{{PID: pid, UsedMemoryBytes: 7 << 30}}})
 	}
 	store.add(nvidia.Slice(benchNode+"-"+testobj.Driver, benchNode, 1, devices...))
-	writeScenario(tb, dir, gpufake.Spec{Comment: "migNode", DCGM: &gpufake.DCGMSpec{}, NVML: true, GPUs: []gpufake.GPUSpec{g}}, &kubelet)
+	writeScenario(tb, dir, gpufake.Spec{Comment: "migNode", DCGM: &gpufake.DCGMSpec{Address: "nvidia-dcgm.gpu-operator.svc:5555"}, NVML: true, GPUs: []gpufake.GPUSpec{g}}, &kubelet)
 	return store
 }
 

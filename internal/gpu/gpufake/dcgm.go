@@ -1,7 +1,9 @@
 package gpufake
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/dra-exporter/dra-exporter/internal/gpu"
 )
@@ -30,7 +32,6 @@ type watchKey struct {
 // Status codes of dcgm_structs.h the fake answers besides those internal/gpu
 // names.
 const (
-	stBadParam         = -1
 	stInstanceNotFound = -45
 )
 
@@ -48,9 +49,23 @@ func (l dcgmLib) Init(address string) (func(), error) {
 	if m.initCount == 0 {
 		if m.spec.DCGM.Down {
 			if address == "" {
-				return nil, fmt.Errorf("error starting embedded DCGM engine: %w", fmtErr(-7, "DCGM initialization error"))
+				return nil, dcgmFail("Init/embedded", gpu.StInitError)
 			}
-			return nil, fmt.Errorf("error connecting to nv-hostengine: %w", fmtErr(gpu.StConnectionNotValid, "Host engine connection invalid/disconnected"))
+			return nil, dcgmFail("Init/standalone", gpu.StConnectionNotValid)
+		}
+		// An embedded host engine runs with the caller's privileges. With
+		// a GPU in MIG mode its cache manager needs root (euid 0,
+		// DcgmCacheManager.cpp:912-917) and reads the GPU instances
+		// through NVML's privileged nvmlDeviceGetGpuInstances; the
+		// failure aborts GPU init (:1578-1582), the handler throws
+		// "CacheManager Init Failed" (DcgmHostEngineHandler.cpp
+		// :2464-2471) and dcgmStartEmbedded returns INIT_ERROR
+		// (DcgmApi.cpp:6009-6014): dcgm-exporter#34, "Error starting
+		// nv-hostengine: DCGM initialization error". A standalone
+		// nv-hostengine runs privileged (the GPU Operator's nvidia-dcgm
+		// DaemonSet: assets/state-dcgm/0400_dcgm.yml, privileged: true).
+		if address == "" && !m.spec.Privileged && m.anyMIG() {
+			return nil, dcgmFail("Init/embedded", gpu.StInitError)
 		}
 		m.conn = &conn{generation: m.generation, groups: map[gpu.GroupHandle][]gpu.EntityPair{}, fieldGroups: map[gpu.FieldHandle][]gpu.FieldID{}, watched: map[watchKey]bool{}}
 	}
@@ -70,26 +85,39 @@ func (l dcgmLib) Init(address string) (func(), error) {
 	}, nil
 }
 
-// connection returns the caller's connection, or CONNECTION_NOT_VALID when
-// the host engine restarted since it connected (dcgm-exporter exits on it:
-// gpu_collector.go ~101-107). Called with mu held.
-func (m *Machine) connection() (*conn, error) {
-	if m.initCount == 0 {
-		return nil, fmtErr(-10, "DCGM is not initialized") // DCGM_ST_UNINITIALIZED
+// anyMIG reports whether a GPU of the machine has MIG mode on.
+func (m *Machine) anyMIG() bool {
+	for _, g := range m.spec.GPUs {
+		if g.MIGEnabled {
+			return true
+		}
 	}
-	if m.conn == nil || m.conn.generation != m.generation {
-		return nil, fmtErr(gpu.StConnectionNotValid, "The connection to the host engine is not valid any longer")
-	}
-	return m.conn, nil
+	return false
 }
 
+// connection returns the caller's connection, or CONNECTION_NOT_VALID when
+// the host engine restarted since it connected (dcgm-exporter exits on it:
+// gpu_collector.go ~101-107). Called with mu held; the status is 0 when
+// the connection is good.
+func (m *Machine) connection() (*conn, int) {
+	if m.initCount == 0 {
+		return nil, gpu.StUninitialized
+	}
+	if m.conn == nil || m.conn.generation != m.generation {
+		return nil, gpu.StConnectionNotValid
+	}
+	return m.conn, gpu.StOK
+}
+
+// call counts the call and checks the connection; a failure is returned
+// in the call's own go-dcgm error shape (dcgmErrShapes).
 func (l dcgmLib) call(name string) (*conn, func(), error) {
 	l.m.enter(name)
 	l.m.mu.Lock()
-	c, err := l.m.connection()
-	if err != nil {
+	c, st := l.m.connection()
+	if st != gpu.StOK {
 		l.m.mu.Unlock()
-		return nil, func() {}, err
+		return nil, func() {}, dcgmFail(name, st)
 	}
 	return c, l.m.mu.Unlock, nil
 }
@@ -100,8 +128,14 @@ func (l dcgmLib) GetSupportedDevices() ([]uint, error) {
 	if err != nil {
 		return nil, err
 	}
+	// dcgmGetAllSupportedDevices lists the active GPUs only
+	// (DcgmCacheManager::GetGpuIds with activeOnly): not one lost, nor one
+	// the host engine cannot open.
 	var ids []uint
 	for _, g := range l.m.spec.GPUs {
+		if g.Lost || g.NoPermission {
+			continue
+		}
 		ids = append(ids, uint(g.Index))
 	}
 	return ids, nil
@@ -115,15 +149,16 @@ func (l dcgmLib) GetDeviceInfo(id uint) (gpu.DCGMDevice, error) {
 	}
 	g, ok := l.m.gpuByID(id)
 	if !ok {
-		return gpu.DCGMDevice{}, fmtErr(stBadParam, "Bad parameter passed to function")
+		return gpu.DCGMDevice{}, dcgmFail("GetDeviceInfo", gpu.StBadParam)
 	}
 	return gpu.DCGMDevice{GPU: id, UUID: g.UUID, Model: g.Product}, nil
 }
 
 func (l dcgmLib) GetGPUStatus(id uint) gpu.EntityStatus {
-	_, unlock, err := l.call("GetGPUStatus")
-	defer unlock()
-	if err != nil {
+	l.m.enter("GetGPUStatus")
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	if _, st := l.m.connection(); st != gpu.StOK {
 		return gpu.EntityStatusUnknown // go-dcgm device_status.go ~134-141
 	}
 	g, ok := l.m.gpuByID(id)
@@ -179,7 +214,7 @@ func (l dcgmLib) GetSupportedMetricGroups(id uint) ([]gpu.MetricGroup, error) {
 		// dcgm-exporter logs it as "Not collecting DCP metrics: Error
 		// getting supported metrics: Profiling is not supported for
 		// this group of GPUs or GPU" (dcgm_structs.h ~383).
-		return nil, fmtErr(gpu.StProfilingNotSupported, "Profiling is not supported for this group of GPUs or GPU")
+		return nil, dcgmFail("GetSupportedMetricGroups", gpu.StProfilingNotSupported)
 	}
 	return []gpu.MetricGroup{{Major: 1, Minor: 0, FieldIDs: profilingFields}}, nil
 }
@@ -203,10 +238,40 @@ func (l dcgmLib) AddEntityToGroup(g gpu.GroupHandle, eg gpu.EntityGroup, id uint
 		return err
 	}
 	if _, ok := c.groups[g]; !ok || !l.m.entityExists(gpu.EntityPair{Group: eg, ID: id}) {
-		return fmtErr(stBadParam, "Bad parameter passed to function")
+		return dcgmFail("AddEntityToGroup", gpu.StBadParam, eg, id)
 	}
 	c.groups[g] = append(c.groups[g], gpu.EntityPair{Group: eg, ID: id})
 	return nil
+}
+
+// preHopper reports whether an entity of the list is, or is an instance
+// of, a GPU older than Hopper (A100, V100, A30 ...), whose profiling goes
+// through the driver's profiling lock, not GPM.
+func (m *Machine) preHopper(entities []gpu.EntityPair) bool {
+	for _, e := range entities {
+		var g *GPUSpec
+		switch e.Group {
+		case gpu.EntityGPU:
+			g, _ = m.gpuByID(e.ID)
+		case gpu.EntityGPUInstance:
+			g, _, _ = m.instanceByEntity(e.ID)
+		}
+		if g != nil && !hasGPM(g.Product) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasGPM says whether a product has GPM, the per-GPU performance monitor
+// of Hopper and later (H100, H200, GH200, B100, B200, GB200).
+func hasGPM(product string) bool {
+	for _, arch := range []string{" H100", " H200", " H20", " GH200", " B100", " B200", " GB200", " GB300", " B300"} {
+		if strings.Contains(" "+strings.TrimPrefix(product, "NVIDIA "), arch) {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *Machine) entityExists(e gpu.EntityPair) bool {
@@ -214,7 +279,9 @@ func (m *Machine) entityExists(e gpu.EntityPair) bool {
 	case gpu.EntityGPU:
 		_, ok := m.gpuByID(e.ID)
 		return ok
-	case gpu.EntityGPUInstance:
+	case gpu.EntityGPUInstance, gpu.EntityGPUCompute:
+		// A GPU instance and its one compute instance share their
+		// enumeration number (DcgmCacheManager.cpp ~943, ~978).
 		_, _, ok := m.instanceByEntity(e.ID)
 		return ok
 	}
@@ -254,7 +321,7 @@ func (l dcgmLib) FieldGroupCreate(_ string, ids []gpu.FieldID) (gpu.FieldHandle,
 		return 0, err
 	}
 	if len(ids) == 0 {
-		return 0, fmt.Errorf("at least one field must be provided") // go-dcgm fields.go ~83-85
+		return 0, errors.New("at least one field must be provided") // go-dcgm fields.go:84
 	}
 	c.next++
 	h := gpu.FieldHandle(c.next)
@@ -288,7 +355,7 @@ func (l dcgmLib) WatchFieldsWithGroupEx(fg gpu.FieldHandle, g gpu.GroupHandle, _
 	entities, okG := c.groups[g]
 	fields, okF := c.fieldGroups[fg]
 	if !okG || !okF {
-		return fmtErr(stBadParam, "Bad parameter passed to function")
+		return dcgmFail("WatchFieldsWithGroupEx", gpu.StBadParam)
 	}
 	var added []watchKey
 	profiling := false
@@ -310,11 +377,23 @@ func (l dcgmLib) WatchFieldsWithGroupEx(fg gpu.FieldHandle, g gpu.GroupHandle, _
 	var fail error
 	switch l.m.spec.DCGM.Profiling {
 	case "unsupported":
-		fail = fmtErr(gpu.StProfilingNotSupported, "Profiling is not supported for this group of GPUs or GPU")
+		fail = dcgmFail("WatchFieldsWithGroupEx", gpu.StProfilingNotSupported)
 	case "requires_root":
-		fail = fmtErr(gpu.StRequiresRoot, "Host engine is running as non-root")
-	case "in_use":
-		fail = fmtErr(gpu.StInUse, "The requested operation could not be completed because the affected resource is in use.")
+		// Hopper and later profile through GPM (DcgmCacheManager.cpp
+		// ~3674, EntityPairSupportsGpm): no root needed.
+		if l.m.preHopper(entities) {
+			fail = dcgmFail("WatchFieldsWithGroupEx", gpu.StRequiresRoot)
+		}
+	case "held":
+		// Another DCGM (the GPU Operator's dcgm-exporter or
+		// nv-hostengine) holds the profiling hardware of a pre-Hopper
+		// GPU: the profiling module fails with -37 (DCGM#106,
+		// dcgm-exporter#148: "Error watching fields: The third-party
+		// Profiling module returned an unrecoverable error"). GPM
+		// has no such lock.
+		if l.m.preHopper(entities) {
+			fail = dcgmFail("WatchFieldsWithGroupEx", gpu.StProfilingLibraryError)
+		}
 	}
 	if fail != nil {
 		for _, k := range added {
@@ -381,7 +460,7 @@ func (l dcgmLib) EntitiesGetLatestValues(entities []gpu.EntityPair, fields []gpu
 		return nil, err
 	}
 	if len(entities) == 0 || len(fields) == 0 {
-		return nil, fmtErr(stBadParam, "Bad parameter passed to function") // go-dcgm fields.go ~333-335
+		return nil, dcgmFail("EntitiesGetLatestValues", gpu.StBadParam) // go-dcgm fields.go:336-338, newBadParameterError
 	}
 	live := flags&gpu.FieldFlagLiveData != 0
 	var out []gpu.FieldValue
@@ -400,15 +479,27 @@ func (m *Machine) latest(c *conn, e gpu.EntityPair, id gpu.FieldID, live bool) g
 	case gpu.EntityGPU:
 		var ok bool
 		if g, ok = m.gpuByID(e.ID); !ok {
-			return blank(e, id, stBadParam)
+			return blank(e, id, gpu.StBadParam)
 		}
 		fields = g.Fields
-	case gpu.EntityGPUInstance:
+	case gpu.EntityGPUInstance, gpu.EntityGPUCompute:
 		pg, in, ok := m.instanceByEntity(e.ID)
 		if !ok {
 			return blank(e, id, stInstanceNotFound)
 		}
 		g = pg
+		if id == gpu.FieldXIDErrors {
+			// An XID that carries the instance's GPU- and
+			// compute-instance IDs is stored on the compute
+			// instance (DcgmCacheManager.cpp:7885-7888, :7556-7591);
+			// the fake's instance XIDs all do.
+			if e.Group == gpu.EntityGPUCompute {
+				fields = in.spec.Fields
+			} else {
+				fields = nil
+			}
+			break
+		}
 		if id == gpu.FieldName {
 			if live {
 				return gpu.FieldValue{Entity: e, FieldID: id, Type: gpu.FieldTypeString, Status: gpu.StOK, String: dcgmProfileName(in.profile)}
@@ -425,7 +516,7 @@ func (m *Machine) latest(c *conn, e gpu.EntityPair, id gpu.FieldID, live bool) g
 			live = true // the watch check is done
 		}
 	default:
-		return blank(e, id, stBadParam)
+		return blank(e, id, gpu.StBadParam)
 	}
 	if !live && !c.watched[watchKey{e, id}] {
 		return blank(e, id, gpu.StNotWatched)
@@ -438,5 +529,19 @@ func (m *Machine) latest(c *conn, e gpu.EntityPair, id gpu.FieldID, live bool) g
 	if !ok {
 		return blank(e, id, gpu.StNoData)
 	}
-	return sample(e, id, x)
+	v := sample(e, id, x)
+	v.TS = int64(m.step)
+	if id == gpu.FieldXIDErrors {
+		v.TS = m.xidAt[xidKey(g, e)]
+	}
+	return v
+}
+
+// xidKey names the entity an XID sample belongs to: the GPU, or the
+// instance of a GPU-instance or compute-instance entity.
+func xidKey(g *GPUSpec, e gpu.EntityPair) string {
+	if e.Group == gpu.EntityGPU {
+		return g.UUID
+	}
+	return fmt.Sprintf("%s/%d", g.UUID, e.ID%maxMigDevices)
 }

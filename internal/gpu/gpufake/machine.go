@@ -2,6 +2,7 @@ package gpufake
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"sync"
@@ -27,19 +28,24 @@ type Machine struct {
 	// NVML.
 	nvmlRefs int
 	events   []xidEvent
+	// xidAt is the step of each entity's last XID (its sample time).
+	xidAt map[string]int64
 
 	// Calls counts the library calls made, by name (tests).
 	Calls map[string]int
 }
 
+// xidEvent is an XID the driver reports for a GPU; gi is the GPU instance
+// it is attributable to, or -1 (nvml.h:3497-3502: 0xFFFFFFFF otherwise).
 type xidEvent struct {
 	uuid string
+	gi   int
 	code uint64
 }
 
 // New starts a machine from its spec.
 func New(spec Spec) *Machine {
-	m := &Machine{spec: spec, Calls: map[string]int{}}
+	m := &Machine{spec: spec, Calls: map[string]int{}, xidAt: map[string]int64{}}
 	if spec.Hang {
 		m.hang = make(chan struct{})
 	}
@@ -74,19 +80,43 @@ func (m *Machine) Step() (string, bool) {
 		m.spec.GPUs = st.GPUs
 	}
 	for _, x := range st.XIDs {
-		m.events = append(m.events, xidEvent{uuid: x.UUID, code: x.Code})
-		for i := range m.spec.GPUs {
-			if m.spec.GPUs[i].UUID == x.UUID {
-				g := &m.spec.GPUs[i]
-				g.Fields = cloneFields(g.Fields)
-				g.Fields["DCGM_FI_DEV_XID_ERRORS"] = float64(x.Code)
-			}
-		}
+		m.xid(x)
 	}
 	if st.Hang != nil {
 		m.setHang(*st.Hang)
 	}
 	return st.Comment, true
+}
+
+// xid records an XID of a GPU or of a MIG instance (by its UUID): an
+// event for NVML, a sample for DCGM on the GPU or on the instance's
+// compute instance.
+func (m *Machine) xid(x XID) {
+	for i := range m.spec.GPUs {
+		g := &m.spec.GPUs[i]
+		if g.UUID == x.UUID {
+			m.events = append(m.events, xidEvent{uuid: g.UUID, gi: -1, code: x.Code})
+			g.Fields = cloneFields(g.Fields)
+			g.Fields["DCGM_FI_DEV_XID_ERRORS"] = float64(x.Code)
+			m.xidAt[g.UUID] = int64(m.step)
+			return
+		}
+		for j := range g.MIG {
+			in := &g.MIG[j]
+			if in.UUID != x.UUID {
+				continue
+			}
+			m.events = append(m.events, xidEvent{uuid: g.UUID, gi: in.GI, code: x.Code})
+			in.Fields = cloneFields(in.Fields)
+			in.Fields["DCGM_FI_DEV_XID_ERRORS"] = float64(x.Code)
+			for _, di := range dcgmInstances(g.Index, g) {
+				if di.spec.UUID == in.UUID {
+					m.xidAt[fmt.Sprintf("%s/%d", g.UUID, di.entity%maxMigDevices)] = int64(m.step)
+				}
+			}
+			return
+		}
+	}
 }
 
 // SetHang makes every library call block (true) or releases them.
@@ -192,8 +222,6 @@ func (m *Machine) gpuByUUID(uuid string) (*GPUSpec, bool) {
 	}
 	return nil, false
 }
-
-func fmtErr(code int, msg string) error { return &gpu.DCGMError{Code: code, Msg: msg} }
 
 // Libraries returns both libraries of the machine.
 func (m *Machine) Libraries() (gpu.DCGMLib, gpu.NVMLLib) { return m.DCGM(), m.NVML() }

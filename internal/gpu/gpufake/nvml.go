@@ -49,6 +49,8 @@ func (l nvmlLib) Shutdown() gpu.NVMLReturn {
 	return gpu.NVMLSuccess
 }
 
+// DeviceGetCount is nvmlDeviceGetCount_v2: it counts every GPU, those the
+// caller cannot open included (nvml.h:5081-5086).
 func (l nvmlLib) DeviceGetCount() (int, gpu.NVMLReturn) {
 	unlock, ret := l.call("nvmlDeviceGetCount")
 	defer unlock()
@@ -58,6 +60,9 @@ func (l nvmlLib) DeviceGetCount() (int, gpu.NVMLReturn) {
 	return len(l.m.spec.GPUs), gpu.NVMLSuccess
 }
 
+// DeviceGetHandleByIndex is nvmlDeviceGetHandleByIndex_v2: NO_PERMISSION
+// for a GPU the caller may not talk to, GPU_IS_LOST for one fallen off the
+// bus (nvml.h:5160, :5162).
 func (l nvmlLib) DeviceGetHandleByIndex(i int) (gpu.NVMLDevice, gpu.NVMLReturn) {
 	unlock, ret := l.call("nvmlDeviceGetHandleByIndex")
 	defer unlock()
@@ -66,6 +71,9 @@ func (l nvmlLib) DeviceGetHandleByIndex(i int) (gpu.NVMLDevice, gpu.NVMLReturn) 
 	}
 	for _, g := range l.m.spec.GPUs {
 		if g.Index == i {
+			if g.NoPermission {
+				return nil, gpu.NVMLNoPermission
+			}
 			if g.Lost {
 				return nil, gpu.NVMLGPUIsLost
 			}
@@ -280,9 +288,12 @@ func (g gpuInstance) GetInfo() (gpu.GpuInstanceInfo, gpu.NVMLReturn) { return g.
 // processInfos lists processes as nvmlDeviceGetComputeRunningProcesses
 // does; a memory the driver cannot tell is NVML_VALUE_NOT_AVAILABLE, all
 // ones as an unsigned long long (nvml.h ~156, ~355-356).
-func processInfos(ps []ProcessSpec, gi int) []gpu.ProcessInfo {
+func processInfos(ps []ProcessSpec, gi int, mps bool) []gpu.ProcessInfo {
 	out := make([]gpu.ProcessInfo, 0, len(ps))
 	for _, p := range ps {
+		if p.MPSClient != mps {
+			continue
+		}
 		used := p.UsedMemoryBytes
 		if p.MemoryNotAvailable {
 			used = gpu.NVMLValueNotAvailable
@@ -297,32 +308,71 @@ func processInfos(ps []ProcessSpec, gi int) []gpu.ProcessInfo {
 // ~8008-8010), NO_PERMISSION otherwise; a MIG device handle lists its
 // instance's.
 func (d *device) GetComputeRunningProcesses() ([]gpu.ProcessInfo, gpu.NVMLReturn) {
-	g, in, unlock, ret := d.enter("nvmlDeviceGetComputeRunningProcesses")
+	return d.processes("nvmlDeviceGetComputeRunningProcesses", false)
+}
+
+// GetMPSComputeRunningProcesses lists the MPS clients only; the compute
+// list has the server instead (nvml.h:8078-8118). The same privilege rule
+// holds for a MIG parent.
+func (d *device) GetMPSComputeRunningProcesses() ([]gpu.ProcessInfo, gpu.NVMLReturn) {
+	return d.processes("nvmlDeviceGetMPSComputeRunningProcesses", true)
+}
+
+func (d *device) processes(call string, mps bool) ([]gpu.ProcessInfo, gpu.NVMLReturn) {
+	g, in, unlock, ret := d.enter(call)
 	defer unlock()
 	if ret != gpu.NVMLSuccess {
 		return nil, ret
 	}
+	if d.m.spec.OwnPIDNamespace {
+		// Every process of the machine belongs to a pod: none is in
+		// the agent's own PID namespace (Spec.OwnPIDNamespace).
+		if in == nil && g.MIGEnabled && !d.m.spec.Privileged {
+			return nil, gpu.NVMLNoPermission
+		}
+		return []gpu.ProcessInfo{}, gpu.NVMLSuccess
+	}
 	if in != nil {
-		return processInfos(in.Processes, in.GI), gpu.NVMLSuccess
+		return processInfos(in.Processes, in.GI, mps), gpu.NVMLSuccess
 	}
 	if !g.MIGEnabled {
-		return processInfos(g.Processes, 0xffffffff), gpu.NVMLSuccess
+		return processInfos(g.Processes, 0xffffffff, mps), gpu.NVMLSuccess
 	}
 	if !d.m.spec.Privileged {
 		return nil, gpu.NVMLNoPermission
 	}
 	var out []gpu.ProcessInfo
 	for _, mi := range instances(g) {
-		out = append(out, processInfos(mi.Processes, mi.GI)...)
+		out = append(out, processInfos(mi.Processes, mi.GI, mps)...)
 	}
 	return out, gpu.NVMLSuccess
 }
 
+// GetMemoryInfo is version 1: used is reserved plus allocated memory
+// (nvml.h:262-265), so the GPU's reserved memory is added to the DCGM
+// (version 2) figure its fields hold.
 func (d *device) GetMemoryInfo() (gpu.Memory, gpu.NVMLReturn) {
-	g, in, unlock, ret := d.enter("nvmlDeviceGetMemoryInfo")
+	m, ret := d.memory("nvmlDeviceGetMemoryInfo")
+	return gpu.Memory{Total: m.Total, Free: m.Free, Used: m.Used + m.Reserved}, ret
+}
+
+// GetMemoryInfoV2 is version 2: reserved apart, used allocated memory only
+// (nvml.h:272-279), which DCGM reads (DcgmCacheManager.cpp:14186-14230).
+func (d *device) GetMemoryInfoV2() (gpu.MemoryV2, gpu.NVMLReturn) {
+	return d.memory("nvmlDeviceGetMemoryInfo_v2")
+}
+
+// memory answers both versions. In MIG mode a GPU handle answers the
+// aggregate only to a privileged caller (nvml.h:7252-7254), NO_PERMISSION
+// otherwise; a MIG device handle answers its instance's.
+func (d *device) memory(call string) (gpu.MemoryV2, gpu.NVMLReturn) {
+	g, in, unlock, ret := d.enter(call)
 	defer unlock()
 	if ret != gpu.NVMLSuccess {
-		return gpu.Memory{}, ret
+		return gpu.MemoryV2{}, ret
+	}
+	if in == nil && g.MIGEnabled && !d.m.spec.Privileged {
+		return gpu.MemoryV2{}, gpu.NVMLNoPermission
 	}
 	fields := g.Fields
 	if in != nil {
@@ -332,10 +382,14 @@ func (d *device) GetMemoryInfo() (gpu.Memory, gpu.NVMLReturn) {
 	free, ok2 := value(fields, gpu.FieldFBFree)
 	used, ok3 := value(fields, gpu.FieldFBUsed)
 	if !ok1 || !ok2 || !ok3 {
-		return gpu.Memory{}, gpu.NVMLNotSupported
+		return gpu.MemoryV2{}, gpu.NVMLNotSupported
 	}
 	const mib = 1 << 20
-	return gpu.Memory{Total: uint64(total * mib), Free: uint64(free * mib), Used: uint64(used * mib)}, gpu.NVMLSuccess
+	reserved := 0.0
+	if in == nil {
+		reserved = g.ReservedMiB
+	}
+	return gpu.MemoryV2{Total: uint64(total * mib), Reserved: uint64(reserved * mib), Free: uint64(free * mib), Used: uint64(used * mib)}, gpu.NVMLSuccess
 }
 
 // board answers a GPU-level query: NOT_SUPPORTED on a MIG device handle
@@ -423,8 +477,11 @@ type eventSet struct {
 }
 
 // Wait returns the next queued XID event of a registered device or, once
-// timeoutMs passed without one, TIMEOUT (nvml.h ~10725-10753). The fake's
-// events are queued by the steps, so it never needs to wait.
+// timeoutMs passed without one, TIMEOUT (nvml.h:10725-10753). The fake's
+// events are queued by the steps, so it never needs to wait. In MIG mode
+// an event attributable to an instance carries its GPU instance ID and is
+// reported to privileged callers only; others see only the events that
+// affect the whole device (nvml.h:10733-10735, :3497-3502).
 func (e *eventSet) Wait(uint32) (gpu.EventData, gpu.NVMLReturn) {
 	e.m.enter("nvmlEventSetWait")
 	e.m.mu.Lock()
@@ -432,9 +489,14 @@ func (e *eventSet) Wait(uint32) (gpu.EventData, gpu.NVMLReturn) {
 	for e.seen < len(e.m.events) {
 		ev := e.m.events[e.seen]
 		e.seen++
-		if e.registered[ev.uuid] {
-			return gpu.EventData{Device: &device{m: e.m, uuid: ev.uuid}, EventType: gpu.NVMLEventTypeXidCriticalError, EventData: ev.code}, gpu.NVMLSuccess
+		if !e.registered[ev.uuid] || (ev.gi >= 0 && !e.m.spec.Privileged) {
+			continue
 		}
+		gi := uint32(0xFFFFFFFF)
+		if ev.gi >= 0 {
+			gi = uint32(ev.gi)
+		}
+		return gpu.EventData{Device: &device{m: e.m, uuid: ev.uuid}, EventType: gpu.NVMLEventTypeXidCriticalError, EventData: ev.code, GpuInstanceId: gi}, gpu.NVMLSuccess
 	}
 	return gpu.EventData{}, gpu.NVMLTimeout
 }

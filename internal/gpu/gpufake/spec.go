@@ -28,6 +28,13 @@ type Spec struct {
 	// Privileged: the caller may make NVML's privileged MIG calls (root
 	// with CAP_SYS_ADMIN). The chart drops every capability: false.
 	Privileged bool `json:"privileged,omitempty"`
+	// OwnPIDNamespace: the agent runs in a PID namespace of its own (no
+	// hostPID). The driver answers a process query with the processes
+	// whose PID it can translate into the caller's namespace only
+	// (open-gpu-kernel-modules src/nvidia/src/kernel/gpu/gpu_rmapi.c,
+	// gpuGetProcWithObject filtering through os_find_ns_pid): the pods'
+	// processes, in their own namespaces, are not listed.
+	OwnPIDNamespace bool `json:"own_pid_namespace,omitempty"`
 	// Hang makes every library call block until a step clears it.
 	Hang bool      `json:"hang,omitempty"`
 	GPUs []GPUSpec `json:"gpus"`
@@ -40,8 +47,9 @@ type Spec struct {
 type DCGMSpec struct {
 	// Profiling: "" (supported and free), "unsupported" (the GPUs have
 	// no profiling metric groups), "requires_root" (the host engine has
-	// no CAP_SYS_ADMIN and the GPU is older than Hopper), "in_use"
-	// (another DCGM client holds the profiling lock).
+	// no CAP_SYS_ADMIN: fails on GPUs older than Hopper), "held"
+	// (another DCGM client holds the profiling hardware: fails on GPUs
+	// older than Hopper, -37).
 	Profiling string `json:"profiling,omitempty"`
 	// Down: nv-hostengine does not accept connections (not started yet,
 	// restarting); embedded, DCGM cannot start.
@@ -68,6 +76,13 @@ type GPUSpec struct {
 	MIG        []MIGSpec `json:"mig,omitempty"`
 	// Lost: the GPU fell off the bus (XID 79).
 	Lost bool `json:"lost,omitempty"`
+	// ReservedMiB is the memory the driver and firmware reserve: NVML's
+	// version-1 memory counts it as used, version 2 and DCGM do not.
+	ReservedMiB float64 `json:"reserved_mib,omitempty"`
+	// NoPermission: the caller may not open the GPU (its device file is
+	// not accessible): NVML counts it but its handle answers
+	// NO_PERMISSION.
+	NoPermission bool `json:"no_permission,omitempty"`
 }
 
 // MIGSpec is one GPU instance (with one compute instance).
@@ -89,6 +104,10 @@ type ProcessSpec struct {
 	UsedMemoryBytes uint64 `json:"used_memory_bytes"`
 	// MemoryNotAvailable: NVML reports NVML_VALUE_NOT_AVAILABLE.
 	MemoryNotAvailable bool `json:"memory_not_available,omitempty"`
+	// MPSClient: the process is a client of the GPU's MPS server (the
+	// server is listed as a process of its own): NVML's compute list
+	// leaves it out, its MPS list has it.
+	MPSClient bool `json:"mps_client,omitempty"`
 }
 
 // Step changes the machine between scrapes.
@@ -154,15 +173,18 @@ func (s *Spec) validate() error {
 		if err := check(st.GPUs); err != nil {
 			return fmt.Errorf("step %d: %w", i+1, err)
 		}
-		if st.DCGM != nil && !slices.Contains([]string{"", "unsupported", "requires_root", "in_use"}, st.DCGM.Profiling) {
+		if st.DCGM != nil && !slices.Contains(profilingModes, st.DCGM.Profiling) {
 			return fmt.Errorf("step %d: dcgm.profiling %q", i+1, st.DCGM.Profiling)
 		}
 	}
-	if s.DCGM != nil && !slices.Contains([]string{"", "unsupported", "requires_root", "in_use"}, s.DCGM.Profiling) {
+	if s.DCGM != nil && !slices.Contains(profilingModes, s.DCGM.Profiling) {
 		return fmt.Errorf("dcgm.profiling %q", s.DCGM.Profiling)
 	}
 	return nil
 }
+
+// profilingModes are the values of DCGMSpec.Profiling.
+var profilingModes = []string{"", "unsupported", "requires_root", "held"}
 
 // fieldNames rejects an unknown field name, so that a typo cannot
 // silently drop a series.
