@@ -140,18 +140,9 @@ func TestPrepareFailure(t *testing.T) {
 // node_prepare_failed. Started again, the driver
 // registers, the kubelet's next retry starts the pod and the verdict clears.
 func TestDriverDown(t *testing.T) {
-	ctx := context.Background()
 	ns := namespace(t, "driver-down")
 	template(t, ns, "gpu", nil)
-	env.node.StopDriver()
-	restarted := false
-	defer func() {
-		if !restarted {
-			if err := env.node.StartDriver(ctx); err != nil {
-				t.Errorf("restart the driver: %v", err)
-			}
-		}
-	}()
+	startDriver := stopDriver(t)
 	create(t, workload(ns, "llm-0", "gpu"))
 	allocatedDevice(t, ns, claimOf(t, ns, "llm-0").Name)
 	labels := map[string]string{"namespace": ns, "pod": "llm-0", "layer": "node", "reason": "node_prepare_failed"}
@@ -163,10 +154,7 @@ func TestDriverDown(t *testing.T) {
 	// driver gpu.example.com is not registered": both name the driver.
 	explain(t, ns+"/llm-0", "node_prepare_failed", "Failed to prepare dynamic resources", node.Driver)
 
-	restarted = true
-	if err := env.node.StartDriver(ctx); err != nil {
-		t.Fatal(err)
-	}
+	startDriver()
 	waitPod(t, ns, "llm-0", "Ready after the driver returned", 90*time.Second, ready)
 	eventually(t, env.exp, 30*time.Second, "verdict cleared", func(m cluster.Metrics) error {
 		return none(m, "dra_pod_blocked", map[string]string{"namespace": ns, "pod": "llm-0"})
@@ -194,15 +182,7 @@ func TestUnprepareStuck(t *testing.T) {
 	}
 	defer exp.Stop()
 
-	env.node.StopDriver()
-	restarted := false
-	defer func() {
-		if !restarted {
-			if err := env.node.StartDriver(ctx); err != nil {
-				t.Errorf("restart the driver: %v", err)
-			}
-		}
-	}()
+	startDriver := stopDriver(t)
 	if err := env.cp.Client.CoreV1().Pods(ns).Delete(ctx, "llm-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -225,10 +205,7 @@ func TestUnprepareStuck(t *testing.T) {
 		t.Errorf("the harness's exporter (grace 5m) reports it already: %v", err)
 	}
 
-	restarted = true
-	if err := env.node.StartDriver(ctx); err != nil {
-		t.Fatal(err)
-	}
+	startDriver()
 	err = cluster.WaitFor(ctx, 90*time.Second, "the pod gone once the driver unprepares", func(ctx context.Context) (bool, error) {
 		_, err := env.cp.Client.CoreV1().Pods(ns).Get(ctx, "llm-0", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
@@ -239,4 +216,26 @@ func TestUnprepareStuck(t *testing.T) {
 	eventually(t, exp, 30*time.Second, "the leak cleared", func(m cluster.Metrics) error {
 		return none(m, "dra_claim_reservation_leak", map[string]string{"namespace": ns})
 	})
+}
+
+// stopDriver stops the real node's driver and returns what starts it
+// again; a test that ends before calling it gets the driver back anyway.
+func stopDriver(t *testing.T) (start func()) {
+	t.Helper()
+	env.node.StopDriver()
+	started := false
+	t.Cleanup(func() {
+		if !started {
+			if err := env.node.StartDriver(context.Background()); err != nil {
+				t.Errorf("restart the driver: %v", err)
+			}
+		}
+	})
+	return func() {
+		t.Helper()
+		started = true
+		if err := env.node.StartDriver(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
