@@ -151,10 +151,12 @@ node-packages: ## Install runc, the CNI plugins, iptables and iproute2 from Debi
 .PHONY: tools
 tools: $(TOOLS_BIN)/.built ## Build prometheus and promtool (cached).
 
+# remove_all_sd (Prometheus' own build tag, plugins/plugin_*.go) leaves out the cloud service
+# discoveries; file, http and kubernetes discovery stay. The tests scrape static targets.
 $(TOOLS_BIN)/.built: tools/go.mod tools/go.sum
 	@echo ">> building prometheus and promtool $(PROM_VERSION) (cold: 5-13 min)"
 	rm -rf $(TOOLS_BIN).tmp && mkdir -p $(TOOLS_BIN).tmp
-	cd tools && time $(GO) build -ldflags '-s -w' -o $(TOOLS_BIN).tmp/ \
+	cd tools && time $(GO) build -ldflags '-s -w' -tags remove_all_sd -o $(TOOLS_BIN).tmp/ \
 		github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 	rm -rf $(TOOLS_BIN) && mv $(TOOLS_BIN).tmp $(TOOLS_BIN) && touch $@
 
@@ -164,21 +166,50 @@ TOOL_PKGS := ./cmd/dra-exporter/ ./internal/objects/ ./rules/ ./deploy/helm/ ./b
 
 .PHONY: test
 test: ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a real control plane, a real node and Prometheus.
-	@# Two lanes on two cores: the tool builds one after the other (each go build uses every core) beside
-	@# lint, the race and unit tests and the images, which need no tool; then the tests that need the tools.
+	@# Two lanes on the two cores (docs/testing.md "How long"): the build lane builds the tools one after
+	@# another (each go build uses both cores), in the order the suites need them; the test lane runs lint,
+	@# the race and unit tests and the images, then each suite as soon as its tools are built, so the suites'
+	@# waiting (API servers, kubelets, Prometheus) overlaps the next build. The real node's suite runs last,
+	@# beside no other suite: two control planes at once on two cores slow each other's timing.
 	@# promtool check/test rules run inside go test ./rules/ (TestPromtool*), with DRA_PROMTOOL set above.
-	$(MAKE) --no-print-directory -j2 test-lane-tools test-lane-unit
-	@# The real node's tests run after the others: both suites start a control plane, and two at once on 2 cores slow each other's timing.
-	time $(GO) test -count=1 -timeout 40m $(TOOL_PKGS)
-	time $(GO) test -count=1 -timeout 20m ./test/nodee2e/
+	$(MAKE) --no-print-directory -j2 test-suite-node
 
-.PHONY: test-lane-tools test-lane-unit
-test-lane-tools:
-	$(MAKE) --no-print-directory -j1 controlplane tools helm node-bins rollouts release-test registry
+# Every go command of make test builds with -trimpath, as make build, make image and the release do:
+# one compiled copy of each package serves the binaries and the tests (a cold run compiles the
+# exporter's dependencies once fewer).
+TEST_GOFLAGS := GOFLAGS='-trimpath $(GOFLAGS)'
 
-test-lane-unit:
-	$(MAKE) --no-print-directory -j1 build node-packages lint test-race image-test
-	time $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e '/test/nodee2e$$' $(foreach p,$(TOOL_PKGS),-e '$(patsubst ./%/,/%$$,$(patsubst ./%/...,/%,$(p)))'))
+# The build lane: each step waits for the one before (a chain of phony targets; each recipe is a
+# make of its own, -j1, so one go build runs at a time). The order is the suites' order of need.
+.PHONY: test-build-controlplane test-build-tools test-build-helm test-build-node-bins test-build-krew test-build-rollouts test-build-registry
+test-build-controlplane:
+	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 controlplane
+test-build-tools: test-build-controlplane
+	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 tools
+test-build-helm: test-build-tools
+	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 helm
+test-build-node-bins: test-build-helm
+	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 node-bins
+test-build-krew: test-build-node-bins
+	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 krew
+test-build-rollouts: test-build-krew
+	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 rollouts
+test-build-registry: test-build-rollouts
+	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 registry
+
+# The test lane: what needs no tool first (beside the control plane's build), then the suites.
+.PHONY: test-units test-suite-tools test-suite-release test-suite-node
+test-units:
+	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 build node-packages lint test-race image-test
+	time $(TEST_GOFLAGS) $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e '/test/nodee2e$$' $(foreach p,$(TOOL_PKGS),-e '$(patsubst ./%/,/%$$,$(patsubst ./%/...,/%,$(p)))'))
+# The packages whose tests need the control plane, Prometheus, promtool, helm (and, for the demo's
+# real node, the node's programs).
+test-suite-tools: test-units test-build-node-bins
+	time $(TEST_GOFLAGS) $(GO) test -count=1 -timeout 40m $(TOOL_PKGS)
+test-suite-release: test-suite-tools test-build-krew
+	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 release-test
+test-suite-node: test-suite-release test-build-registry
+	time $(TEST_GOFLAGS) $(GO) test -count=1 -timeout 20m ./test/nodee2e/
 
 .PHONY: test-node
 test-node: build controlplane tools helm node-bins rollouts node-packages image ## Run only the real node's tests (test/nodee2e: kubelet, containerd, dra-example-driver).

@@ -38,15 +38,12 @@ var testImages = []testImage{
 // CGO_ENABLED=0) and writes each as an OCI archive in dir; it returns the
 // archives.
 func buildImages(ctx context.Context, dir string) ([]string, error) {
-	src, err := imagesSource()
-	if err != nil {
-		return nil, err
-	}
 	var out []string
 	for _, img := range testImages {
 		bin := filepath.Join(dir, img.program)
-		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./"+img.program)
-		cmd.Dir = src
+		// By import path: the test runs inside the module, and a -trimpath build
+		// (make test's GOFLAGS) knows no source file's place on disk.
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, imagesPackage+"/"+img.program)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if msg, err := cmd.CombinedOutput(); err != nil {
 			return nil, fmt.Errorf("build image program %s: %v: %s", img.program, err, msg)
@@ -60,14 +57,8 @@ func buildImages(ctx context.Context, dir string) ([]string, error) {
 	return out, nil
 }
 
-// imagesSource finds test/node/images from this source file's place.
-func imagesSource() (string, error) {
-	_, file, _, ok := runtime.Caller(0)
-	if !ok {
-		return "", fmt.Errorf("cannot locate test/node/images")
-	}
-	return filepath.Join(filepath.Dir(file), "images"), nil
-}
+// imagesPackage holds one main package per test image.
+const imagesPackage = "github.com/dra-exporter/dra-exporter/test/node/images"
 
 // writeOCIArchive writes an OCI image layout (image-spec v1.1: oci-layout,
 // index.json, blobs) as a tar: one uncompressed layer holding the binary at
