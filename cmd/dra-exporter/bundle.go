@@ -130,72 +130,64 @@ func collect(ctx context.Context, rc *rest.Config, f bundleFlags, w *bundle.Writ
 	if err != nil {
 		return fmt.Errorf("server version: %w", err)
 	}
-	all := metav1.ListOptions{}
-
-	nodes, err := client.CoreV1().Nodes().List(ctx, all)
-	if err != nil {
-		w.Fail("nodes", err)
-		nodes = &corev1.NodeList{}
-	} else {
-		addList(w, "nodes", "v1", "Node", nodes.Items)
-	}
+	nodes, slices := saveObjects(ctx, client, f.namespace, w)
 	kubelets := map[string]string{}
-	for _, n := range nodes.Items {
+	for _, n := range nodes {
 		kubelets[n.Name] = n.Status.NodeInfo.KubeletVersion
 	}
 	addJSON(w, "version.json", "server and kubelet versions", 1+len(kubelets), map[string]any{"server": server, "kubelets": kubelets})
 	apiResources(client, w)
-
-	if l, err := client.ResourceV1().DeviceClasses().List(ctx, all); err != nil {
-		w.Fail("deviceclasses", err)
-	} else {
-		addList(w, "deviceclasses", "resource.k8s.io/v1", "DeviceClass", l.Items)
-	}
-	var slices []resourceapi.ResourceSlice
-	if l, err := client.ResourceV1().ResourceSlices().List(ctx, all); err != nil {
-		w.Fail("resourceslices", err)
-	} else {
-		slices = l.Items
-		addList(w, "resourceslices", "resource.k8s.io/v1", "ResourceSlice", l.Items)
-	}
-	if l, err := client.ResourceV1().DeviceTaintRules().List(ctx, all); err != nil {
-		w.Skip("devicetaintrules", err.Error())
-	} else {
-		addList(w, "devicetaintrules", "resource.k8s.io/v1", "DeviceTaintRule", l.Items)
-	}
-	if l, err := client.ResourceV1().ResourceClaims(f.namespace).List(ctx, all); err != nil {
-		w.Fail("resourceclaims", err)
-	} else {
-		addList(w, "resourceclaims", "resource.k8s.io/v1", "ResourceClaim", l.Items)
-	}
-	gpuPods := map[string]bool{}
-	if l, err := client.CoreV1().Pods(f.namespace).List(ctx, all); err != nil {
-		w.Fail("pods", err)
-	} else {
-		var keep []corev1.Pod
-		for _, p := range l.Items {
-			if len(p.Spec.ResourceClaims) > 0 || hasExtendedRequests(&p) {
-				keep = append(keep, p)
-				gpuPods[p.Namespace+"/"+p.Name] = true
-			}
-		}
-		addList(w, "pods", "v1", "Pod", keep)
-	}
-	if l, err := client.CoreV1().Events(f.namespace).List(ctx, all); err != nil {
-		w.Fail("events", err)
-	} else {
-		var keep []corev1.Event
-		for _, e := range l.Items {
-			o := e.InvolvedObject
-			if (o.Kind == "Pod" && gpuPods[o.Namespace+"/"+o.Name]) || o.Kind == "ResourceClaim" || o.Kind == "Node" || o.Kind == "ResourceSlice" {
-				keep = append(keep, e)
-			}
-		}
-		addList(w, "events", "v1", "Event", keep)
-	}
 	gpuOperator(ctx, client, dyn, w)
 	agents(ctx, client, f, slices, w)
 	return nil
+}
+
+// saveObjects saves every watched resource (kube.Watched) as a List, the
+// namespaced ones of namespace ("" every namespace): of pods those that
+// use DRA or extended resources, of events those about them and about
+// claims, nodes and slices. An optional resource the API server does not
+// serve is recorded as skipped. It returns the nodes and slices, for the
+// versions and the GPU inventory.
+func saveObjects(ctx context.Context, client kubernetes.Interface, namespace string, w *bundle.Writer) (nodes []corev1.Node, slices []resourceapi.ResourceSlice) {
+	gpuPods := map[string]bool{}
+	for _, r := range kube.Watched {
+		ns := ""
+		if r.Namespaced {
+			ns = namespace
+		}
+		items, err := r.List(ctx, client, ns, metav1.ListOptions{})
+		if err != nil {
+			if r.Unserved != "" {
+				w.Skip(r.Name, err.Error())
+			} else {
+				w.Fail(r.Name, err)
+			}
+			continue
+		}
+		keep := items[:0]
+		for _, o := range items {
+			switch o := o.(type) {
+			case *corev1.Node:
+				nodes = append(nodes, *o)
+			case *resourceapi.ResourceSlice:
+				slices = append(slices, *o)
+			case *corev1.Pod:
+				if len(o.Spec.ResourceClaims) == 0 && !hasExtendedRequests(o) {
+					continue
+				}
+				gpuPods[o.Namespace+"/"+o.Name] = true
+			case *corev1.Event:
+				// Pods come before events in kube.Watched.
+				io := o.InvolvedObject
+				if !(io.Kind == "Pod" && gpuPods[io.Namespace+"/"+io.Name]) && io.Kind != "ResourceClaim" && io.Kind != "Node" && io.Kind != "ResourceSlice" {
+					continue
+				}
+			}
+			keep = append(keep, o)
+		}
+		addList(w, r.Name, r.APIVersion, r.Kind, keep)
+	}
+	return nodes, slices
 }
 
 // addList writes items as a kubectl List, each with its apiVersion and kind
