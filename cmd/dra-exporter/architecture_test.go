@@ -61,7 +61,7 @@ var scrapePath = []string{"internal/index", "internal/classify", "collector", "i
 // clusterPackages are the cluster exporter's packages: collector and what
 // it and the informers stand on.
 var clusterPackages = []string{"collector", "internal/engine", "internal/family", "internal/selfmetrics", "internal/index", "internal/classify", "internal/offline", "internal/kube",
-	"internal/objects", "internal/dra", "internal/celmatch", "internal/devattr", "internal/shard", "internal/vocab"}
+	"internal/objects", "internal/dra", "internal/celmatch", "internal/devattr", "internal/shard", "internal/vocab", "internal/nodegate"}
 
 // agentDependencies are what only the node agent may depend on.
 var agentDependencies = []string{"github.com/NVIDIA/go-dcgm", "github.com/NVIDIA/go-nvml", "google.golang.org/grpc", "k8s.io/kubelet",
@@ -256,4 +256,43 @@ func hasNonTestFiles(dir string) bool {
 		}
 	}
 	return false
+}
+
+// maxFileLines is the most lines a non-test Go file may have: a longer one
+// holds more than one job (STYLE.md: split it along the data flow).
+const maxFileLines = 450
+
+// TestFileLength holds every non-test Go file of the module to
+// maxFileLines.
+func TestFileLength(t *testing.T) {
+	files := 0
+	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != "../.." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "vendor") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		files++
+		if n := strings.Count(string(data), "\n"); n > maxFileLines {
+			t.Errorf("%s has %d lines, over %d: split it along a seam", strings.TrimPrefix(path, "../../"), n, maxFileLines)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 100 {
+		t.Fatalf("read only %d Go files", files)
+	}
 }

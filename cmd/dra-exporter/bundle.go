@@ -6,16 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/prometheus/common/version"
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -130,72 +124,64 @@ func collect(ctx context.Context, rc *rest.Config, f bundleFlags, w *bundle.Writ
 	if err != nil {
 		return fmt.Errorf("server version: %w", err)
 	}
-	all := metav1.ListOptions{}
-
-	nodes, err := client.CoreV1().Nodes().List(ctx, all)
-	if err != nil {
-		w.Fail("nodes", err)
-		nodes = &corev1.NodeList{}
-	} else {
-		addList(w, "nodes", "v1", "Node", nodes.Items)
-	}
+	nodes, slices := saveObjects(ctx, client, f.namespace, w)
 	kubelets := map[string]string{}
-	for _, n := range nodes.Items {
+	for _, n := range nodes {
 		kubelets[n.Name] = n.Status.NodeInfo.KubeletVersion
 	}
 	addJSON(w, "version.json", "server and kubelet versions", 1+len(kubelets), map[string]any{"server": server, "kubelets": kubelets})
 	apiResources(client, w)
-
-	if l, err := client.ResourceV1().DeviceClasses().List(ctx, all); err != nil {
-		w.Fail("deviceclasses", err)
-	} else {
-		addList(w, "deviceclasses", "resource.k8s.io/v1", "DeviceClass", l.Items)
-	}
-	var slices []resourceapi.ResourceSlice
-	if l, err := client.ResourceV1().ResourceSlices().List(ctx, all); err != nil {
-		w.Fail("resourceslices", err)
-	} else {
-		slices = l.Items
-		addList(w, "resourceslices", "resource.k8s.io/v1", "ResourceSlice", l.Items)
-	}
-	if l, err := client.ResourceV1().DeviceTaintRules().List(ctx, all); err != nil {
-		w.Skip("devicetaintrules", err.Error())
-	} else {
-		addList(w, "devicetaintrules", "resource.k8s.io/v1", "DeviceTaintRule", l.Items)
-	}
-	if l, err := client.ResourceV1().ResourceClaims(f.namespace).List(ctx, all); err != nil {
-		w.Fail("resourceclaims", err)
-	} else {
-		addList(w, "resourceclaims", "resource.k8s.io/v1", "ResourceClaim", l.Items)
-	}
-	gpuPods := map[string]bool{}
-	if l, err := client.CoreV1().Pods(f.namespace).List(ctx, all); err != nil {
-		w.Fail("pods", err)
-	} else {
-		var keep []corev1.Pod
-		for _, p := range l.Items {
-			if len(p.Spec.ResourceClaims) > 0 || hasExtendedRequests(&p) {
-				keep = append(keep, p)
-				gpuPods[p.Namespace+"/"+p.Name] = true
-			}
-		}
-		addList(w, "pods", "v1", "Pod", keep)
-	}
-	if l, err := client.CoreV1().Events(f.namespace).List(ctx, all); err != nil {
-		w.Fail("events", err)
-	} else {
-		var keep []corev1.Event
-		for _, e := range l.Items {
-			o := e.InvolvedObject
-			if (o.Kind == "Pod" && gpuPods[o.Namespace+"/"+o.Name]) || o.Kind == "ResourceClaim" || o.Kind == "Node" || o.Kind == "ResourceSlice" {
-				keep = append(keep, e)
-			}
-		}
-		addList(w, "events", "v1", "Event", keep)
-	}
 	gpuOperator(ctx, client, dyn, w)
 	agents(ctx, client, f, slices, w)
 	return nil
+}
+
+// saveObjects saves every watched resource (kube.Watched) as a List, the
+// namespaced ones of namespace ("" every namespace): of pods those that
+// use DRA or extended resources, of events those about them and about
+// claims, nodes and slices. An optional resource the API server does not
+// serve is recorded as skipped. It returns the nodes and slices, for the
+// versions and the GPU inventory.
+func saveObjects(ctx context.Context, client kubernetes.Interface, namespace string, w *bundle.Writer) (nodes []corev1.Node, slices []resourceapi.ResourceSlice) {
+	gpuPods := map[string]bool{}
+	for _, r := range kube.Watched {
+		ns := ""
+		if r.Namespaced {
+			ns = namespace
+		}
+		items, err := r.List(ctx, client, ns, metav1.ListOptions{})
+		if err != nil {
+			if r.Unserved != "" {
+				w.Skip(r.Name, err.Error())
+			} else {
+				w.Fail(r.Name, err)
+			}
+			continue
+		}
+		keep := items[:0]
+		for _, o := range items {
+			switch o := o.(type) {
+			case *corev1.Node:
+				nodes = append(nodes, *o)
+			case *resourceapi.ResourceSlice:
+				slices = append(slices, *o)
+			case *corev1.Pod:
+				if len(o.Spec.ResourceClaims) == 0 && !hasExtendedRequests(o) {
+					continue
+				}
+				gpuPods[o.Namespace+"/"+o.Name] = true
+			case *corev1.Event:
+				// Pods come before events in kube.Watched.
+				io := o.InvolvedObject
+				if !(io.Kind == "Pod" && gpuPods[io.Namespace+"/"+io.Name]) && io.Kind != "ResourceClaim" && io.Kind != "Node" && io.Kind != "ResourceSlice" {
+					continue
+				}
+			}
+			keep = append(keep, o)
+		}
+		addList(w, r.Name, r.APIVersion, r.Kind, keep)
+	}
+	return nodes, slices
 }
 
 // addList writes items as a kubectl List, each with its apiVersion and kind
@@ -318,209 +304,4 @@ func unstructuredDropManagedFields(obj map[string]any) {
 	if md, ok := obj["metadata"].(map[string]any); ok {
 		delete(md, "managedFields")
 	}
-}
-
-// agentTarget is one node agent to read.
-type agentTarget struct {
-	name string // the agent pod, or the URL
-	node string
-	get  func(ctx context.Context) ([]byte, error)
-}
-
-// agents saves every node agent's /metrics (agents/<node>.prom) and the
-// GPU inventory they serve joined to the slices' PCI bus IDs and driver
-// versions (agents/inventory.json).
-func agents(ctx context.Context, client kubernetes.Interface, f bundleFlags, slices []resourceapi.ResourceSlice, w *bundle.Writer) {
-	var targets []agentTarget
-	if f.agentSelector != "" {
-		pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: f.agentSelector})
-		if err != nil {
-			w.Fail("node agents", err)
-		} else {
-			direct := f.agentAccess == "direct" || (f.agentAccess == "auto" && os.Getenv("KUBERNETES_SERVICE_HOST") != "")
-			for _, p := range pods.Items {
-				if p.Status.Phase != corev1.PodRunning {
-					continue
-				}
-				targets = append(targets, podAgent(client, p, f.agentPort, direct))
-			}
-			if len(pods.Items) == 0 {
-				w.Skip("node agents", "no pod matches "+f.agentSelector)
-			}
-		}
-	}
-	for _, u := range f.agentURLs {
-		targets = append(targets, agentTarget{name: u, get: func(ctx context.Context) ([]byte, error) { return httpGet(ctx, u) }})
-	}
-	var inventory []inventoryEntry
-	seen := map[string]bool{}
-	for _, t := range targets {
-		data, err := t.get(ctx)
-		if err != nil {
-			w.Fail("node agent "+t.name, err)
-			continue
-		}
-		parser := expfmt.NewTextParser(model.UTF8Validation)
-		families, err := parser.TextToMetricFamilies(bytes.NewReader(data))
-		if err != nil {
-			w.Fail("node agent "+t.name, fmt.Errorf("its /metrics do not parse: %w", err))
-			continue
-		}
-		entries := gpuInventory(families, slices)
-		node := t.node
-		if node == "" && len(entries) > 0 {
-			node = entries[0].Node
-		}
-		if node == "" {
-			node = "agent-" + strconv.Itoa(len(seen))
-		}
-		if seen[node] {
-			node += "-" + strconv.Itoa(len(seen))
-		}
-		seen[node] = true
-		inventory = append(inventory, entries...)
-		if err := w.Add(bundle.AgentsDir+node+".prom", "/metrics of node agent "+t.name, len(entries), data); err != nil {
-			w.Fail("node agent "+t.name, err)
-		}
-	}
-	if len(targets) > 0 {
-		addJSON(w, bundle.AgentsDir+"inventory.json", "GPU inventory of the node agents", len(inventory), inventory)
-	}
-}
-
-func podAgent(client kubernetes.Interface, p corev1.Pod, port string, direct bool) agentTarget {
-	t := agentTarget{name: p.Namespace + "/" + p.Name, node: p.Spec.NodeName}
-	number := port
-	for _, c := range p.Spec.Containers {
-		for _, cp := range c.Ports {
-			if cp.Name == port {
-				number = strconv.Itoa(int(cp.ContainerPort))
-			}
-		}
-	}
-	if direct {
-		url := fmt.Sprintf("http://%s/metrics", netJoin(p.Status.PodIP, number))
-		t.get = func(ctx context.Context) ([]byte, error) { return httpGet(ctx, url) }
-		return t
-	}
-	t.get = func(ctx context.Context) ([]byte, error) {
-		// The agent answers the text format; the API server's own errors
-		// come as JSON (not the client's protobuf), so that they can be
-		// worded.
-		res := client.CoreV1().RESTClient().Get().Namespace(p.Namespace).Resource("pods").
-			Name(p.Name+":"+number).SubResource("proxy").Suffix("metrics").
-			SetHeader("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain))+", application/json;q=0.5").Do(ctx)
-		raw, err := res.Raw()
-		if err == nil {
-			return raw, nil
-		}
-		var code int
-		res.StatusCode(&code)
-		return nil, proxyError(code, raw, err)
-	}
-	return t
-}
-
-// proxyError words a failed read of an agent through the API server's
-// pods/proxy: client-go's error says only "unknown" for a response it
-// cannot decode, the API server's body says why.
-func proxyError(code int, body []byte, err error) error {
-	msg := strings.TrimSpace(string(body))
-	var status metav1.Status
-	if json.Unmarshal(body, &status) == nil && status.Message != "" {
-		msg = status.Message
-	}
-	if msg == "" {
-		msg = err.Error()
-	}
-	if code == http.StatusForbidden {
-		return fmt.Errorf("through the API server (pods/proxy): forbidden: %s (get on pods/proxy is needed: deploy/rbac/bundle-reader.yaml; or --agent.access=direct from inside the cluster)", msg)
-	}
-	return fmt.Errorf("through the API server (pods/proxy): HTTP %d: %s", code, msg)
-}
-
-func netJoin(host, port string) string {
-	if strings.Contains(host, ":") {
-		return "[" + host + "]:" + port
-	}
-	return host + ":" + port
-}
-
-func httpGet(ctx context.Context, url string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Accept", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	return body, nil
-}
-
-// inventoryEntry is one GPU or MIG instance an agent serves (dra_gpu_info),
-// with what its ResourceSlice says of it.
-type inventoryEntry struct {
-	Node          string `json:"node"`
-	GPUUUID       string `json:"gpu_uuid"`
-	ParentGPUUUID string `json:"parent_gpu_uuid,omitempty"`
-	Product       string `json:"product,omitempty"`
-	Driver        string `json:"driver,omitempty"`
-	Pool          string `json:"pool,omitempty"`
-	Device        string `json:"device,omitempty"`
-	PCIBusID      string `json:"pci_bus_id,omitempty"`
-	DriverVersion string `json:"driver_version,omitempty"`
-	MIGProfile    string `json:"mig_profile,omitempty"`
-}
-
-func gpuInventory(families map[string]*dto.MetricFamily, slices []resourceapi.ResourceSlice) []inventoryEntry {
-	type ref struct{ driver, pool, device string }
-	attrs := map[ref]resourceapi.Device{}
-	for _, s := range slices {
-		for _, d := range s.Spec.Devices {
-			attrs[ref{s.Spec.Driver, s.Spec.Pool.Name, d.Name}] = d
-		}
-	}
-	var out []inventoryEntry
-	if f := families["dra_gpu_info"]; f != nil {
-		for _, m := range f.Metric {
-			l := map[string]string{}
-			for _, lp := range m.Label {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			e := inventoryEntry{Node: l["node"], GPUUUID: l["gpu_uuid"], ParentGPUUUID: l["parent_gpu_uuid"], Product: l["product"],
-				Driver: l["driver"], Pool: l["pool"], Device: l["device"]}
-			if d, ok := attrs[ref{e.Driver, e.Pool, e.Device}]; ok {
-				e.PCIBusID = deviceString(d, e.Driver, "resource.kubernetes.io/pciBusID")
-				e.DriverVersion = deviceString(d, e.Driver, "driverVersion")
-				e.MIGProfile = deviceString(d, e.Driver, "profile")
-			}
-			out = append(out, e)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Node+out[i].GPUUUID < out[j].Node+out[j].GPUUUID })
-	return out
-}
-
-func deviceString(d resourceapi.Device, driver, name string) string {
-	for _, k := range []resourceapi.QualifiedName{resourceapi.QualifiedName(name), resourceapi.QualifiedName(driver + "/" + name)} {
-		if a, ok := d.Attributes[k]; ok {
-			switch {
-			case a.StringValue != nil:
-				return *a.StringValue
-			case a.VersionValue != nil:
-				return *a.VersionValue
-			}
-		}
-	}
-	return ""
 }

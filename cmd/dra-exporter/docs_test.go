@@ -10,6 +10,7 @@ import (
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/family"
+	"github.com/dra-exporter/dra-exporter/internal/nodegate"
 )
 
 func referenceDefs(t *testing.T) []*family.Def {
@@ -86,13 +87,13 @@ func TestGateReasonsDocumented(t *testing.T) {
 	}
 	want := map[string][]string{
 		"api":      append(append([]string{}, classify.APIGateReasons...), ruleReasons("namespace_pod_gate:dra_pod_gate:status")...),
-		"node":     append(nodeGateReasons, ruleReasons("namespace_pod:dra_pod_gate_node:status")...),
+		"node":     append(nodegate.Reasons, ruleReasons("namespace_pod:dra_pod_gate_node:status")...),
 		"workload": append(workloadGateReasons, ruleReasons("namespace_pod:dra_pod_gate_workload:status")...),
 		"control":  classify.ControlReasons,
 		"any":      {gateAbsent},
 	}
-	if got := ruleReasons("namespace_pod:dra_pod_gate_node:status"); !slices.Equal(got, nodeGateReasons) {
-		t.Errorf("the node gate rule gives %v, gates --from %v: the lists drifted", got, nodeGateReasons)
+	if got := ruleReasons("namespace_pod:dra_pod_gate_node:status"); !slices.Equal(got, nodegate.Reasons) {
+		t.Errorf("the node gate rule gives %v, gates --from %v: the lists drifted", got, nodegate.Reasons)
 	}
 	if got := ruleReasons("namespace_pod:dra_pod_gate_workload:status"); !slices.Equal(got, workloadGateReasons) {
 		t.Errorf("the workload gate rule gives %v, the code lists %v", got, workloadGateReasons)

@@ -10,9 +10,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/kube"
 	"github.com/dra-exporter/dra-exporter/internal/offline"
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
@@ -125,80 +127,54 @@ func explain(prog string, args []string, stdout, stderr io.Writer) int {
 	return r.exitCode()
 }
 
-// readCluster lists what the tree reads for one pod: every class, slice and
-// claim (claims of other namespaces hold devices too), the pod's namespace
-// (all pods when it requests extended resources, for device-plugin
-// capacity), nodes, and the pod's Warning events.
+// readCluster lists what the tree reads for one pod: every watched
+// resource (kube.Watched), each cluster-wide but pods (the pod's namespace,
+// or all pods when it requests extended resources, for device-plugin
+// capacity) and events (the pod's Warning events); claims of other
+// namespaces hold devices too. An optional resource the API server does
+// not serve (DeviceTaintRules before 1.37, or a role without them) leaves
+// what the others say.
 func readCluster(ctx context.Context, kt kubeTarget, ns, name string, cfg config, now func() time.Time) (*index.Index, error) {
 	client, err := kubeClient(kt)
 	if err != nil {
 		return nil, err
 	}
+	return readPod(ctx, client, ns, name, cfg, now)
+}
+
+func readPod(ctx context.Context, client kubernetes.Interface, ns, name string, cfg config, now func() time.Time) (*index.Index, error) {
 	ix := index.New(cfg.indexConfig(now, nil))
 	trim := cfg.trimmer()
-	add := func(obj any) error { return ix.Upsert(trim.Trim(obj), false) }
-	all := metav1.ListOptions{}
-
 	pod, err := client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("get pod %s/%s: %w", ns, name, err)
 	}
-	classes, err := client.ResourceV1().DeviceClasses().List(ctx, all)
-	if err != nil {
-		return nil, fmt.Errorf("list deviceclasses: %w", err)
-	}
-	for i := range classes.Items {
-		_ = add(&classes.Items[i])
-	}
-	slices, err := client.ResourceV1().ResourceSlices().List(ctx, all)
-	if err != nil {
-		return nil, fmt.Errorf("list resourceslices: %w", err)
-	}
-	for i := range slices.Items {
-		_ = add(&slices.Items[i])
-	}
-	// DeviceTaintRules are GA in 1.37; an older API server or a role
-	// without them leaves the slices' own taints.
-	if rules, err := client.ResourceV1().DeviceTaintRules().List(ctx, all); err == nil {
-		for i := range rules.Items {
-			_ = add(&rules.Items[i])
+	for _, r := range kube.Watched {
+		var namespace string
+		var opts metav1.ListOptions
+		switch r.Name {
+		case kube.ResPods:
+			if !hasExtendedRequests(pod) {
+				namespace = ns
+			}
+		case kube.ResEvents:
+			namespace = ns
+			opts.FieldSelector = fields.AndSelectors(
+				fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
+				fields.OneTermEqualSelector("involvedObject.name", name),
+				fields.OneTermEqualSelector("type", corev1.EventTypeWarning),
+			).String()
 		}
-	}
-	claims, err := client.ResourceV1().ResourceClaims("").List(ctx, all)
-	if err != nil {
-		return nil, fmt.Errorf("list resourceclaims: %w", err)
-	}
-	for i := range claims.Items {
-		_ = add(&claims.Items[i])
-	}
-	podNS := ns
-	if hasExtendedRequests(pod) {
-		podNS = ""
-	}
-	pods, err := client.CoreV1().Pods(podNS).List(ctx, all)
-	if err != nil {
-		return nil, fmt.Errorf("list pods: %w", err)
-	}
-	for i := range pods.Items {
-		_ = add(&pods.Items[i])
-	}
-	nodes, err := client.CoreV1().Nodes().List(ctx, all)
-	if err != nil {
-		return nil, fmt.Errorf("list nodes: %w", err)
-	}
-	for i := range nodes.Items {
-		_ = add(&nodes.Items[i])
-	}
-	events, err := client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.AndSelectors(
-		fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
-		fields.OneTermEqualSelector("involvedObject.name", name),
-		fields.OneTermEqualSelector("type", corev1.EventTypeWarning),
-	).String()})
-	if err != nil {
-		return nil, fmt.Errorf("list events: %w", err)
-	}
-	for i := range events.Items {
-		_ = add(&events.Items[i])
+		items, err := r.List(ctx, client, namespace, opts)
+		if err != nil {
+			if r.Unserved != "" {
+				continue
+			}
+			return nil, err
+		}
+		for _, o := range items {
+			_ = ix.Upsert(trim.Trim(o), false)
+		}
 	}
 	return ix, nil
 }

@@ -10,15 +10,12 @@ import (
 	"strings"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
+	"github.com/dra-exporter/dra-exporter/internal/nodegate"
 )
 
 // gateAbsent is gates' reason for a gate with no series at the window's
 // last evaluation.
 const gateAbsent = "absent"
-
-// nodeGateReasons are the node gate's reasons, in the rule's order.
-var nodeGateReasons = []string{nodePrepareFailed, nodeNotReady, nodeNoAgent, nodePodResourcesDown, nodePodResourcesNoDRA,
-	nodeIsolationViolation, nodePreparedWithoutClaim, nodeBothLanes, nodeNotPrepared, nodeDeviceUnhealthy, nodeIsolationUnverified}
 
 // workloadGateReasons are the workload gate's reasons (rules/gates.yaml).
 var workloadGateReasons = []string{"not_ready", "activity_unattributed", "no_gpu_activity", "no_gpu_telemetry"}
@@ -64,17 +61,17 @@ func gateReasonDocs() []gateReasonDoc {
 		gateReasonDoc{"api", gateExporterStale, "rules/gates.yaml: the exporter's evidence is not current (a watch is stale, verdicts are held through an API outage, or a freshness series is missing).",
 			"Check dra_exporter_watch_healthy and dra_exporter_apiserver_up: the gate passes again once the exporter is current (runbook DRAExporterWatchStale)."},
 
-		gateReasonDoc{"node", nodePrepareFailed, "The kubelet reported a DRA prepare failure (FailedPrepareDynamicResources).", "Read the event and the DRA driver's kubelet plugin logs on the node: it rejected the claim's configuration or could not prepare the device."},
-		gateReasonDoc{"node", nodeNotReady, "The pod's node is not Ready (kubelet down, node unreachable).", "Bring the node back, or drain it; the pod is rescheduled once evicted."},
-		gateReasonDoc{"node", nodeNoAgent, "No node agent serves the node (no dra_node_podresources_up for it).", "Run the node agent DaemonSet on the GPU nodes and let Prometheus scrape it."},
-		gateReasonDoc{"node", nodePodResourcesDown, "The kubelet's pod-resources API did not answer the agent.", "Check the agent's mount of /var/lib/kubelet/pod-resources and the kubelet."},
-		gateReasonDoc{"node", nodePodResourcesNoDRA, "The kubelet does not report DRA claims in pod-resources.", "Turn on the kubelet feature gate KubeletPodResourcesDynamicResources, or upgrade the kubelet."},
-		gateReasonDoc{"node", nodeIsolationViolation, "A process of the pod runs on a GPU it does not hold.", "Find how the container sees other GPUs (privileged, NVIDIA_VISIBLE_DEVICES, host devices) and remove it: the boundary is broken."},
-		gateReasonDoc{"node", nodePreparedWithoutClaim, "The kubelet prepared a device for the pod that no claim of it was allocated.", "Compare pod-resources with the claims' allocations; restart the driver's kubelet plugin and report the mismatch."},
-		gateReasonDoc{"node", nodeBothLanes, "The pod holds a GPU through the device plugin and through DRA at once.", "Remove the nvidia.com/gpu request or the claim: one lane per GPU."},
-		gateReasonDoc{"node", nodeNotPrepared, "Fewer GPUs are prepared for the pod than are allocated to it.", "Check the kubelet's NodePrepareResources and the driver's kubelet plugin on the node."},
-		gateReasonDoc{"node", nodeDeviceUnhealthy, "The kubelet reports a device the pod holds unhealthy.", "Check the GPU (XID errors, the driver's device taints) and move the pod off it."},
-		gateReasonDoc{"node", nodeIsolationUnverified, "The agent cannot tell which pod runs a GPU process: its GPU source is down or the host's processes are not visible.", "Give the agent hostPID and a working GPU source (DCGM or NVML); see docs/node-agent.md."},
+		gateReasonDoc{"node", nodegate.PrepareFailed, "The kubelet reported a DRA prepare failure (FailedPrepareDynamicResources).", "Read the event and the DRA driver's kubelet plugin logs on the node: it rejected the claim's configuration or could not prepare the device."},
+		gateReasonDoc{"node", nodegate.NotReady, "The pod's node is not Ready (kubelet down, node unreachable).", "Bring the node back, or drain it; the pod is rescheduled once evicted."},
+		gateReasonDoc{"node", nodegate.NoAgent, "No node agent serves the node (no dra_node_podresources_up for it).", "Run the node agent DaemonSet on the GPU nodes and let Prometheus scrape it."},
+		gateReasonDoc{"node", nodegate.PodResourcesDown, "The kubelet's pod-resources API did not answer the agent.", "Check the agent's mount of /var/lib/kubelet/pod-resources and the kubelet."},
+		gateReasonDoc{"node", nodegate.PodResourcesNoDRA, "The kubelet does not report DRA claims in pod-resources.", "Turn on the kubelet feature gate KubeletPodResourcesDynamicResources, or upgrade the kubelet."},
+		gateReasonDoc{"node", nodegate.IsolationViolation, "A process of the pod runs on a GPU it does not hold.", "Find how the container sees other GPUs (privileged, NVIDIA_VISIBLE_DEVICES, host devices) and remove it: the boundary is broken."},
+		gateReasonDoc{"node", nodegate.PreparedWithoutClaim, "The kubelet prepared a device for the pod that no claim of it was allocated.", "Compare pod-resources with the claims' allocations; restart the driver's kubelet plugin and report the mismatch."},
+		gateReasonDoc{"node", nodegate.BothLanes, "The pod holds a GPU through the device plugin and through DRA at once.", "Remove the nvidia.com/gpu request or the claim: one lane per GPU."},
+		gateReasonDoc{"node", nodegate.NotPrepared, "Fewer GPUs are prepared for the pod than are allocated to it.", "Check the kubelet's NodePrepareResources and the driver's kubelet plugin on the node."},
+		gateReasonDoc{"node", nodegate.DeviceUnhealthy, "The kubelet reports a device the pod holds unhealthy.", "Check the GPU (XID errors, the driver's device taints) and move the pod off it."},
+		gateReasonDoc{"node", nodegate.IsolationUnverified, "The agent cannot tell which pod runs a GPU process: its GPU source is down or the host's processes are not visible.", "Give the agent hostPID and a working GPU source (DCGM or NVML); see docs/node-agent.md."},
 
 		gateReasonDoc{"workload", "not_ready", "The pod's Ready condition is false.", "Check the readiness probe, the model load, storage and network of the workload."},
 		gateReasonDoc{"workload", "activity_unattributed", "dcgm-exporter shows activity on a GPU of a claim the pod shares: the pod's or its neighbour's, the gate cannot tell.",

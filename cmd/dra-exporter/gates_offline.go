@@ -2,53 +2,23 @@ package main
 
 // The gates from an evidence bundle: the api gate from its objects (the
 // exporter's own classify.APIGate), the node gate from its objects and the
-// node agents' recorded /metrics, evaluated as the recording rule
-// namespace_pod:dra_pod_gate_node:status evaluates it (TestNodeGateMatchesRule
-// holds the two equal). The workload gate needs GPU activity over time:
-// Prometheus only.
+// node agents' recorded /metrics (internal/nodegate). The workload gate
+// needs GPU activity over time: Prometheus only.
 
 import (
-	"bytes"
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/dra-exporter/dra-exporter/internal/bundle"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/index"
+	"github.com/dra-exporter/dra-exporter/internal/nodegate"
 	"github.com/dra-exporter/dra-exporter/internal/offline"
 )
-
-// The node gate's reasons, in the rule's order.
-const (
-	nodePrepareFailed        = "prepare_failed"
-	nodeNotReady             = "node_not_ready"
-	nodeNoAgent              = "no_node_agent"
-	nodePodResourcesDown     = "podresources_down"
-	nodePodResourcesNoDRA    = "podresources_without_dra"
-	nodeIsolationViolation   = "isolation_violation"
-	nodePreparedWithoutClaim = "prepared_without_claim"
-	nodeBothLanes            = "both_lanes"
-	nodeNotPrepared          = "not_prepared"
-	nodeDeviceUnhealthy      = "device_unhealthy"
-	nodeIsolationUnverified  = "isolation_unverified"
-)
-
-// agentView is what one node agent's recorded /metrics say.
-type agentView struct {
-	source string
-	// up, dynamic, visible, sourceUp: the node-wide series (absent: -1).
-	up, dynamic, visible, sourceUp float64
-	holders                        []map[string]string
-	violations, conflicts          []map[string]string
-}
 
 func offlineGates(ns string, sel labels.Selector, f gatesFlags, stderr io.Writer) (*gatesReport, error) {
 	cfg := f.cfg
@@ -72,7 +42,7 @@ func offlineGates(ns string, sel labels.Selector, f gatesFlags, stderr io.Writer
 		return nil, err
 	}
 	reportProblems(stderr, problems)
-	agents := map[string]*agentView{}
+	agents := map[string]*nodegate.Agent{}
 	created := time.Time{}
 	for _, path := range f.from {
 		if !bundle.Is(path) {
@@ -89,14 +59,14 @@ func offlineGates(ns string, sel labels.Selector, f gatesFlags, stderr io.Writer
 			if !strings.HasSuffix(m.Path, ".prom") {
 				continue
 			}
-			node, view, err := readAgent(m.Data)
+			node, view, err := nodegate.ReadAgent(m.Data)
 			if err != nil {
 				return nil, fmt.Errorf("%s:%s: %w", path, m.Path, err)
 			}
 			if node == "" {
 				node = strings.TrimSuffix(strings.TrimPrefix(m.Path, bundle.AgentsDir), ".prom")
 			}
-			view.source = path + ":" + m.Path
+			view.Source = path + ":" + m.Path
 			agents[node] = view
 		}
 	}
@@ -136,7 +106,7 @@ func offlineGates(ns string, sel labels.Selector, f gatesFlags, stderr io.Writer
 		node := gateReport{Gate: string(classify.GateNode), Owner: classify.GateNode.Owner(), State: stateFail, Reason: gateAbsent,
 			Evidence: []string{"the pod is not bound to a node"}}
 		if pg.Node != "" {
-			pass, reason, evidence := nodeGate(s, p, blocked[p.Key], agents[pg.Node])
+			pass, reason, evidence := nodegate.Evaluate(s, p, blocked[p.Key], agents[pg.Node])
 			node = gateReport{Gate: node.Gate, Owner: node.Owner, State: passFail(pass), Reason: reason, Evidence: evidence}
 		}
 		pg.Gates = append(pg.Gates, node,
@@ -159,127 +129,4 @@ func readiness(p *index.Pod) string {
 		return "Ready"
 	}
 	return "not Ready"
-}
-
-// readAgent parses a node agent's recorded /metrics.
-func readAgent(data []byte) (string, *agentView, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(data))
-	if err != nil {
-		return "", nil, fmt.Errorf("a node agent's /metrics do not parse: %w", err)
-	}
-	v := &agentView{up: -1, dynamic: -1, visible: -1, sourceUp: -1}
-	one := func(name string) float64 {
-		f := families[name]
-		if f == nil {
-			return -1
-		}
-		out := -1.0
-		for _, m := range f.Metric {
-			if val := m.GetGauge().GetValue(); out < 0 || val < out {
-				out = val // the minimum: a source down is down
-			}
-		}
-		return out
-	}
-	v.up, v.dynamic, v.visible, v.sourceUp = one("dra_node_podresources_up"), one("dra_node_podresources_dynamic_resources"),
-		one("dra_node_host_processes_visible"), one("dra_gpu_source_up")
-	v.holders = labelSets(families["dra_gpu_holder_info"])
-	v.violations = labelSets(families["dra_gpu_isolation_violation"])
-	v.conflicts = labelSets(families["dra_node_claim_conflict"])
-	node := ""
-	for _, l := range labelSets(families["dra_gpu_info"]) {
-		node = l["node"]
-		break
-	}
-	return node, v, nil
-}
-
-func labelSets(f *dto.MetricFamily) []map[string]string {
-	if f == nil {
-		return nil
-	}
-	var out []map[string]string
-	for _, m := range f.Metric {
-		l := map[string]string{}
-		for _, lp := range m.Label {
-			l[lp.GetName()] = lp.GetValue()
-		}
-		out = append(out, l)
-	}
-	return out
-}
-
-// nodeGate evaluates the node gate of a bound pod as the recording rule
-// does: the first of its reasons that holds, else a pass.
-func nodeGate(s *index.Snapshot, p *index.Pod, blocked *classify.Verdict, a *agentView) (bool, string, []string) {
-	uid := string(p.UID)
-	var evidence []string
-	fail := func(reason string, ev ...string) (bool, string, []string) {
-		return false, reason, append(evidence, ev...)
-	}
-	if blocked != nil && blocked.Reason == classify.NodePrepareFailed {
-		return fail(nodePrepareFailed, fmt.Sprintf("decision tree: %s (claim %s, device %s)", blocked.Reason, blocked.Claim, blocked.Device))
-	}
-	if blocked != nil && blocked.Reason == classify.NodeNotReady {
-		return fail(nodeNotReady, "decision tree: node_not_ready")
-	}
-	if a == nil || a.up < 0 {
-		return fail(nodeNoAgent, "the bundle has no node agent's /metrics for node "+p.Obj.Spec.NodeName)
-	}
-	evidence = append(evidence, "node agent: "+a.source)
-	if a.up == 0 {
-		return fail(nodePodResourcesDown, "dra_node_podresources_up 0: the kubelet's pod-resources API did not answer")
-	}
-	if a.dynamic == 0 {
-		return fail(nodePodResourcesNoDRA, "dra_node_podresources_dynamic_resources 0: the kubelet does not report DRA claims")
-	}
-	mine := func(ls []map[string]string, reason string) []map[string]string {
-		var out []map[string]string
-		for _, l := range ls {
-			if l["namespace"] == p.Key.Namespace && l["pod_uid"] == uid && (reason == "" || l["reason"] == reason) {
-				out = append(out, l)
-			}
-		}
-		return out
-	}
-	if v := mine(a.violations, ""); len(v) > 0 {
-		return fail(nodeIsolationViolation, fmt.Sprintf("a process of the pod runs on GPU %s, which it does not hold", v[0]["gpu_uuid"]))
-	}
-	for _, reason := range []string{nodePreparedWithoutClaim, nodeBothLanes} {
-		if c := mine(a.conflicts, reason); len(c) > 0 {
-			return fail(reason, fmt.Sprintf("%s: device %s (GPU %s) of claim %s", reason, c[0]["device"], c[0]["gpu_uuid"], c[0]["claim"]))
-		}
-	}
-	allocated := 0
-	for _, pc := range s.ResolvePodClaims(p) {
-		if pc.Claim == nil || !pc.Claim.ReservedFor(p.UID) {
-			continue
-		}
-		for _, r := range pc.Claim.Results {
-			if d := s.Device(r.Device); d != nil && d.GPUUUID != "" && !r.AdminAccess {
-				allocated++
-			}
-		}
-	}
-	var held []string
-	for _, h := range mine(a.holders, "") {
-		if (h["lane"] == index.LaneDRA || h["lane"] == index.LaneDRAExtended) && h["gpu_uuid"] != "" {
-			held = append(held, fmt.Sprintf("the kubelet prepared GPU %s for claim %s", h["gpu_uuid"], h["claim"]))
-		}
-	}
-	sort.Strings(held)
-	evidence = append(evidence, held...)
-	if len(held) < allocated || len(mine(a.conflicts, nodeNotPrepared)) > 0 {
-		return fail(nodeNotPrepared, fmt.Sprintf("%d GPU(s) allocated to the pod, %d prepared for it", allocated, len(held)))
-	}
-	for _, h := range classify.HeldWithSignal(s) {
-		if h.Pod == p && h.Health == "unhealthy" {
-			return fail(nodeDeviceUnhealthy, fmt.Sprintf("the kubelet reports device %s unhealthy", h.Device.Key))
-		}
-	}
-	if a.visible == 0 || a.sourceUp == 0 {
-		return fail(nodeIsolationUnverified, "the agent cannot tell which pod runs a GPU process (GPU source down or host processes not visible)")
-	}
-	return true, "", evidence
 }

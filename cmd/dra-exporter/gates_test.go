@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dra-exporter/dra-exporter/internal/bundle"
+	"github.com/dra-exporter/dra-exporter/internal/nodegate"
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 )
 
@@ -340,7 +341,7 @@ func TestNodeGateMatchesRule(t *testing.T) {
 		g.ExprTests = []exprTest{test}
 		groups = append(groups, g)
 	}
-	for _, want := range []string{"", nodeNoAgent, nodePodResourcesDown, nodePodResourcesNoDRA, nodeIsolationViolation, nodePreparedWithoutClaim, nodeNotPrepared, nodeIsolationUnverified} {
+	for _, want := range []string{"", nodegate.NoAgent, nodegate.PodResourcesDown, nodegate.PodResourcesNoDRA, nodegate.IsolationViolation, nodegate.PreparedWithoutClaim, nodegate.NotPrepared, nodegate.IsolationUnverified} {
 		if !reasons[want] {
 			t.Errorf("no variant gives node gate reason %q: the comparison does not cover it", want)
 		}

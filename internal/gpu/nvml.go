@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 )
 
@@ -40,11 +39,6 @@ type nvmlMIG struct {
 	uuid string
 	gi   int
 	migName
-}
-
-type migName struct {
-	profile   string
-	placement int
 }
 
 // unusableGPU is a GPU NVML counts whose handle or UUID it cannot give:
@@ -158,117 +152,6 @@ func (v *nvmlView) gpu(uuid string) *nvmlGPU {
 		}
 	}
 	return nil
-}
-
-// refreshMIG reads every GPU's MIG instances again: the DRA driver creates
-// and destroys them (dynamic MIG) between two reads.
-func (v *nvmlView) refreshMIG() {
-	seen := map[string]bool{}
-	for _, g := range v.gpus {
-		g.instances = g.instances[:0]
-		g.lost = false
-		current, _, ret := g.dev.GetMigMode()
-		if ret == NVMLGPUIsLost {
-			g.lost = true
-		}
-		g.mig = ret == NVMLSuccess && current == nvmlDeviceMigEnable
-		if !g.mig {
-			continue
-		}
-		n, ret := g.dev.GetMaxMigDeviceCount()
-		if ret != NVMLSuccess {
-			continue
-		}
-		for i := range n {
-			// An index without an instance answers NOT_FOUND.
-			h, ret := g.dev.GetMigDeviceHandleByIndex(i)
-			if ret != NVMLSuccess {
-				continue
-			}
-			m := nvmlMIG{dev: h}
-			if m.uuid, ret = h.GetUUID(); ret != NVMLSuccess {
-				continue
-			}
-			if m.gi, ret = h.GetGpuInstanceId(); ret != NVMLSuccess {
-				continue
-			}
-			name, ok := v.named[m.uuid]
-			if !ok {
-				name = v.nameOf(g, h, m.gi)
-				v.named[m.uuid] = name
-			}
-			m.migName = name
-			seen[m.uuid] = true
-			g.instances = append(g.instances, m)
-		}
-	}
-	for uuid := range v.named {
-		if !seen[uuid] {
-			delete(v.named, uuid)
-		}
-	}
-}
-
-// nameOf finds a MIG instance's profile name (the driver's, from the GPU
-// instance profile table) and placement. The instance's profile ID and
-// placement need GetGpuInstanceById, which NVML gives privileged callers
-// only (nvml.h ~14035-14063: NO_PERMISSION otherwise); without it the
-// profile is the one whose slices, memory and engines match the MIG
-// device's attributes (which any caller may read), and the placement is
-// unknown.
-func (v *nvmlView) nameOf(g *nvmlGPU, h NVMLDevice, gi int) migName {
-	out := migName{placement: -1}
-	table := v.profileTable(g)
-	profileID := -1
-	if v.privileged {
-		inst, ret := g.dev.GetGpuInstanceById(gi)
-		if ret == NVMLSuccess {
-			if info, ret := inst.GetInfo(); ret == NVMLSuccess {
-				profileID, out.placement = int(info.ProfileID), int(info.PlacementStart)
-			}
-		} else if ret == NVMLNoPermission {
-			v.privileged = false
-		}
-	}
-	attrs, attrRet := h.GetAttributes()
-	for _, p := range table {
-		if profileID >= 0 {
-			if int(p.ID) == profileID {
-				out.profile = profileName(p.Name)
-				return out
-			}
-			continue
-		}
-		if attrRet == NVMLSuccess && p.SliceCount == attrs.GpuInstanceSliceCount && p.MemorySizeMB == attrs.MemorySizeMB &&
-			p.DecoderCount == attrs.SharedDecoderCount && p.JpegCount == attrs.SharedJpegCount && p.OfaCount == attrs.SharedOfaCount {
-			out.profile = profileName(p.Name)
-			return out
-		}
-	}
-	return out
-}
-
-// profileName drops the "MIG " NVML puts before a GPU instance profile's
-// name, leaving the driver's name as the DRA driver publishes it.
-func profileName(s string) string { return strings.TrimPrefix(s, "MIG ") }
-
-// profileTable lists the GPU instance profiles of a GPU: every profile index
-// up to NVML_GPU_INSTANCE_PROFILE_COUNT, skipping the ones the GPU does
-// not have (NOT_SUPPORTED, INVALID_ARGUMENT), as DCGM does
-// (DcgmCacheManager.cpp ~344-380).
-func (v *nvmlView) profileTable(g *nvmlGPU) []GpuInstanceProfileInfo {
-	if t, ok := v.profiles[g.uuid]; ok {
-		return t
-	}
-	var t []GpuInstanceProfileInfo
-	for i := range nvmlGPUInstanceProfileCount {
-		info, ret := g.dev.GetGpuInstanceProfileInfoV3(i)
-		if ret == NVMLSuccess {
-			t = append(t, info)
-		}
-	}
-	v.profiles[g.uuid] = t
-	return t
 }
 
 // processes lists a GPU's or MIG instance's compute processes. A MIG
@@ -441,79 +324,6 @@ func (r recorder) memory(dev NVMLDevice) {
 	r.value(FieldFBTotal, "nvmlDeviceGetMemoryInfo", ret, float64(m.Total)/mib)
 	r.value(FieldFBFree, "nvmlDeviceGetMemoryInfo", ret, float64(m.Free)/mib)
 	r.value(FieldFBUsed, "nvmlDeviceGetMemoryInfo", ret, float64(m.Used)/mib)
-}
-
-// xidWatch keeps the last XID of each GPU from NVML's event set. A GPU
-// whose XID events are registered reads 0 until its first XID (none since
-// the agent started watching); one that cannot register them has no value.
-// The set is drained at each read (Wait with no timeout until TIMEOUT):
-// the driver queues the events in between.
-type xidWatch struct {
-	set  NVMLEventSet
-	last map[string]uint64
-}
-
-func watchXIDs(lib NVMLLib, gpus []*nvmlGPU, opts Options) *xidWatch {
-	w := &xidWatch{last: map[string]uint64{}}
-	set, ret := lib.EventSetCreate()
-	if ret != NVMLSuccess {
-		opts.logger().Info("NVML event set unavailable: no last-XID series", "err", ret)
-		return w
-	}
-	w.set = set
-	for _, g := range gpus {
-		types, ret := g.dev.GetSupportedEventTypes()
-		if ret != NVMLSuccess || types&NVMLEventTypeXidCriticalError == 0 {
-			continue
-		}
-		if g.dev.RegisterEvents(NVMLEventTypeXidCriticalError, set) == NVMLSuccess {
-			w.last[g.uuid] = 0
-		}
-	}
-	return w
-}
-
-// maxEventsPerRead bounds one drain.
-const maxEventsPerRead = 1024
-
-// drain reads the queued events and returns the last XID of each GPU.
-func (w *xidWatch) drain() map[string]uint64 {
-	for i := 0; w.set != nil && i < maxEventsPerRead; i++ {
-		ev, ret := w.set.Wait(0)
-		if ret != NVMLSuccess {
-			break
-		}
-		if ev.EventType&NVMLEventTypeXidCriticalError == 0 || ev.Device == nil {
-			continue
-		}
-		uuid, r := ev.Device.GetUUID()
-		if r != NVMLSuccess {
-			continue
-		}
-		// An event attributable to a MIG instance carries its GPU
-		// instance ID, 0xFFFFFFFF otherwise (nvml.h:3497-3502): it is
-		// the instance's, not the whole GPU's.
-		if ev.GpuInstanceId != nvmlNoInstance {
-			w.last[instanceKey(uuid, int(ev.GpuInstanceId))] = ev.EventData
-			continue
-		}
-		w.last[uuid] = ev.EventData
-	}
-	return w.last
-}
-
-// nvmlNoInstance is the GPU instance ID of an event that is not an
-// instance's (nvml.h:3497-3499).
-const nvmlNoInstance = 0xFFFFFFFF
-
-// instanceKey keys a MIG instance's last XID by its GPU and GPU instance.
-func instanceKey(gpuUUID string, gi int) string { return gpuUUID + "/" + strconv.Itoa(gi) }
-
-func (w *xidWatch) stop() {
-	if w.set != nil {
-		w.set.Free()
-		w.set = nil
-	}
 }
 
 // errNoNVML is what a DCGM source without NVML says of its MIG instances.

@@ -10,14 +10,8 @@ import (
 	"os"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -60,19 +54,6 @@ type Recorder interface {
 	// that holds (see WatchState).
 	TrackWatch(resource string, state func() (healthy bool, since time.Time))
 }
-
-// Resources the exporter watches, as named in self-metrics.
-const (
-	ResDeviceClasses  = "deviceclasses"
-	ResResourceSlices = "resourceslices"
-	ResResourceClaims = "resourceclaims"
-	ResPods           = "pods"
-	ResNodes          = "nodes"
-	ResEvents         = "events"
-	// ResDeviceTaintRules is watched only where the API server serves
-	// resource.k8s.io/v1 devicetaintrules (GA in 1.37).
-	ResDeviceTaintRules = "devicetaintrules"
-)
 
 // RESTConfig loads the kubeconfig at path, else $KUBECONFIG, else the
 // in-cluster config, else ~/.kube/config, and asks for protobuf. context,
@@ -127,10 +108,6 @@ type source struct {
 	lw   cache.ListerWatcher
 }
 
-// rebuildOrder is the order a rebuild adds the resources in: what others
-// refer to first, as a file is loaded.
-var rebuildOrder = []string{ResDeviceClasses, ResDeviceTaintRules, ResResourceSlices, ResNodes, ResResourceClaims, ResPods, ResEvents}
-
 // Start creates the informers, starts them, and returns without waiting for
 // their initial lists.
 //
@@ -145,26 +122,13 @@ func Start(ctx context.Context, client kubernetes.Interface, sink Sink, rec Reco
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	events := func(o *metav1.ListOptions) {
-		// Only Warning events about pods carry DRA evidence.
-		o.FieldSelector = fields.AndSelectors(
-			fields.OneTermEqualSelector("type", "Warning"),
-			fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
-		).String()
-	}
-	r := client.ResourceV1()
-	sources := []source{
-		{ResDeviceClasses, &resourceapi.DeviceClass{}, listWatch[*resourceapi.DeviceClassList](r.DeviceClasses(), nil, client)},
-		{ResResourceSlices, &resourceapi.ResourceSlice{}, listWatch[*resourceapi.ResourceSliceList](r.ResourceSlices(), nil, client)},
-		{ResResourceClaims, &resourceapi.ResourceClaim{}, listWatch[*resourceapi.ResourceClaimList](r.ResourceClaims(""), nil, client)},
-		{ResPods, &corev1.Pod{}, listWatch[*corev1.PodList](client.CoreV1().Pods(""), nil, client)},
-		{ResNodes, &corev1.Node{}, listWatch[*corev1.NodeList](client.CoreV1().Nodes(), nil, client)},
-		{ResEvents, &corev1.Event{}, listWatch[*corev1.EventList](client.CoreV1().Events(""), events, client)},
-	}
-	if servesDeviceTaintRules(client) {
-		sources = append(sources, source{ResDeviceTaintRules, &resourceapi.DeviceTaintRule{}, listWatch[*resourceapi.DeviceTaintRuleList](r.DeviceTaintRules(), nil, client)})
-	} else {
-		opts.Logger.Info("the API server does not serve resource.k8s.io/v1 devicetaintrules: device taints come from ResourceSlices only")
+	var sources []source
+	for _, r := range Watched {
+		if r.Unserved != "" && !r.Served(client) {
+			opts.Logger.Info(fmt.Sprintf("the API server does not serve %s %s: %s", r.APIVersion, r.Name, r.Unserved))
+			continue
+		}
+		sources = append(sources, source{r.Name, r.object, r.listWatch(client, r.watchOptions)})
 	}
 	return start(ctx, sources, sink, rec, opts), nil
 }
@@ -209,9 +173,10 @@ func start(ctx context.Context, sources []source, sink Sink, rec Recorder, opts 
 			return st.Healthy, st.Since
 		})
 	}
-	for _, name := range rebuildOrder {
+	// A rebuild adds the resources in the order of Watched.
+	for _, r := range Watched {
 		for _, res := range inf.resources {
-			if res.name == name {
+			if res.name == r.Name {
 				w.resources = append(w.resources, res)
 			}
 		}
@@ -220,31 +185,6 @@ func start(ctx context.Context, sources []source, sink Sink, rec Recorder, opts 
 		go ctl.RunWithContext(ctx)
 	}
 	return inf
-}
-
-// listWatchClient is a typed client's list and watch of one resource.
-type listWatchClient[L runtime.Object] interface {
-	List(context.Context, metav1.ListOptions) (L, error)
-	Watch(context.Context, metav1.ListOptions) (watch.Interface, error)
-}
-
-// listWatch lists and watches with a typed client (protobuf), as the
-// generated informers do.
-func listWatch[L runtime.Object](c listWatchClient[L], tweak func(*metav1.ListOptions), client kubernetes.Interface) cache.ListerWatcher {
-	opts := func(o metav1.ListOptions) metav1.ListOptions {
-		if tweak != nil {
-			tweak(&o)
-		}
-		return o
-	}
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return c.List(ctx, opts(o))
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return c.Watch(ctx, opts(o))
-		},
-	}, client)
 }
 
 // Unsynced returns the resources whose initial list has not completed.
@@ -376,22 +316,4 @@ func sameVersion(a, b any) bool {
 	ma, err1 := meta.Accessor(a)
 	mb, err2 := meta.Accessor(b)
 	return err1 == nil && err2 == nil && ma.GetResourceVersion() != "" && ma.GetResourceVersion() == mb.GetResourceVersion()
-}
-
-// servesDeviceTaintRules asks discovery whether resource.k8s.io/v1 has
-// devicetaintrules (before 1.37 it is off by default): an informer of a
-// resource that is not served never syncs, and the exporter would render
-// nothing. A failed discovery counts as served, so that a transient error
-// shows as watch errors rather than a silently missing kind.
-func servesDeviceTaintRules(client kubernetes.Interface) bool {
-	list, err := client.Discovery().ServerResourcesForGroupVersion("resource.k8s.io/v1")
-	if err != nil {
-		return !apierrors.IsNotFound(err)
-	}
-	for _, r := range list.APIResources {
-		if r.Name == ResDeviceTaintRules {
-			return true
-		}
-	}
-	return false
 }

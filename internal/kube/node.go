@@ -99,9 +99,9 @@ func StartNode(ctx context.Context, client kubernetes.Interface, rec NodeRecorde
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", opts.Node).String()
 	}
 	sources := []source{
-		{ResPods, &corev1.Pod{}, listWatch[*corev1.PodList](client.CoreV1().Pods(""), onNode, client)},
-		{ResResourceSlices, &resourceapi.ResourceSlice{}, listWatch[*resourceapi.ResourceSliceList](client.ResourceV1().ResourceSlices(), onNode, client)},
-		{ResNodes, &corev1.Node{}, listWatch[*corev1.NodeList](client.CoreV1().Nodes(), self, client)},
+		{ResPods, &corev1.Pod{}, watched(ResPods).listWatch(client, onNode)},
+		{ResResourceSlices, &resourceapi.ResourceSlice{}, watched(ResResourceSlices).listWatch(client, onNode)},
+		{ResNodes, &corev1.Node{}, watched(ResNodes).listWatch(client, self)},
 	}
 	s.inf = start(ctx, sources, nodeSink{s}, rec, Options{Trimmer: opts.Trimmer, Logger: opts.Logger, Gate: opts.Gate})
 	go s.fetchLoop(ctx)
