@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,12 +32,17 @@ import (
 )
 
 // gpuCheck runs the node agent's GPU side on this host (no API server: an
-// empty store) and prints, for every GPU and MIG instance, each field as
-// the library answered it beside the agent's series and nvidia-smi's
-// figure; it exits 1 on a disagreement or when no source serves.
+// empty store), prints, for every GPU and MIG instance, each field as the
+// library answered it beside the agent's series and nvidia-smi's figure,
+// then the checks of docs/node-agent.md (processes, minor numbers and PCI
+// bus ids, reserved memory, the join of a pod's process, the chart's
+// restrictions); it exits 0 only when every check passes (a check not
+// proven passes only when --allow-not-proven names it), 1 otherwise, 2
+// when it cannot run.
 func gpuCheck(prog string, args []string, stdout, stderr io.Writer) int {
 	app := newApp(prog, "Reads this host's GPUs as the node agent does and prints each field's raw reading (DCGM where it serves, "+
-		"NVML otherwise) beside the agent's series and nvidia-smi's figures. Exits 1 on a disagreement.", stdout, stderr)
+		"NVML otherwise) beside the agent's series and nvidia-smi's figures, then compares processes, minor numbers, PCI bus ids, "+
+		"reserved memory and the join with nvidia-smi and the driver. Exits 0 only when every check passes.", stdout, stderr)
 	var gf gpuFlags
 	gf.register(app)
 	smi := app.Flag("nvidia-smi", "The nvidia-smi to compare with; \"fake\" renders the --gpu.fake-file machine's, \"\" skips it.").Default("nvidia-smi").String()
@@ -43,8 +50,25 @@ func gpuCheck(prog string, args []string, stdout, stderr io.Writer) int {
 	procRoot := app.Flag("proc-root", "The host's /proc.").Default("/proc").String()
 	reads := app.Flag("reads", "Reads of the GPU source; the last is compared (the first may wait for DCGM's first samples).").Default("3").Int()
 	interval := app.Flag("interval", "Time between the reads.").Default("2s").Duration()
+	jsonOut := app.Flag("json", "Also write the checks as JSON (name, status pass/fail/not-proven, evidence) to FILE; - writes them to stdout and the rest to stderr.").PlaceHolder("FILE").String()
+	driverProc := app.Flag("driver-proc", "The kernel driver's /proc/driver/nvidia (gpus/<bus>/information: UUID and minor by PCI address).").Default("/proc/driver/nvidia").String()
+	load := app.Flag("load", "The GPU load that ran during the reads (gpu-check.sh sets it).").String()
+	loadMissing := app.Flag("load.missing", "Why no GPU load ran (gpu-check.sh sets it).").Default("no load named (--load)").String()
+	expect := app.Flag("expect-pod", "PID=POD_UID: a process placed in a pod-like cgroup, which the agent must attribute to that pod (repeatable).").Strings()
+	ownNS := app.Flag("own-pid-namespace-report", "The --json of the same check run without the host PID namespace.").PlaceHolder("FILE").String()
+	ownNSErr := app.Flag("own-pid-namespace.missing", "Why there is no run without the host PID namespace.").Default("not run (--own-pid-namespace-report)").String()
+	allow := app.Flag("allow-not-proven", "A check that may end not proven without failing the run (repeatable; names: "+strings.Join(checkNames, ", ")+").").Enums(checkNames...)
 	if rc, ok := parse(app, args); !ok {
 		return rc
+	}
+	expectPods, err := parseExpectPods(*expect)
+	if err != nil {
+		fmt.Fprintln(stderr, "gpu-check:", err)
+		return 2
+	}
+	human := stdout
+	if *jsonOut == "-" {
+		human = stderr
 	}
 	src, err := gf.open(slog.New(slog.NewTextHandler(stderr, nil)), true)
 	if err != nil {
@@ -88,15 +112,44 @@ func gpuCheck(prog string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpu-check:", err)
 		return 2
 	}
-	problems := report(stdout, v, reading, seriesByUUID(mfs), smiOut, *smi != "")
-	if len(problems) > 0 {
-		fmt.Fprintf(stdout, "\nDISAGREEMENT (%d):\n", len(problems))
-		for _, p := range problems {
-			fmt.Fprintln(stdout, "  "+p)
+	in := checkInput{view: v, reading: reading, withSMI: *smi != "", smi: smiOut, driverProc: *driverProc,
+		load: *load, loadMissing: *loadMissing, expectPods: expectPods, ownNSErr: *ownNSErr, self: selfObserved("/proc/self/status")}
+	in.fieldProblems = report(human, v, reading, seriesByUUID(mfs), smiOut, in.withSMI)
+	printJoin(human, v)
+	if *ownNS != "" {
+		if in.ownNS, err = readReport(*ownNS); err != nil {
+			in.ownNSErr = "no report of the run without the host PID namespace: " + err.Error()
 		}
+	}
+	in.self.ProcVisible = v.ProcVisible
+	in.self.Processes = gpuProcesses(reading)
+	in.self.Pods = podAttributions(v)
+	if reading != nil {
+		for _, e := range reading.Entities {
+			in.self.GPUs = append(in.self.GPUs, e.UUID)
+		}
+		sort.Strings(in.self.GPUs)
+	}
+	checks := buildChecks(in)
+	ok := decide(checks, *allow)
+	printChecks(human, checks, *allow)
+	if *jsonOut != "" {
+		raw, err := json.MarshalIndent(checkReport{Source: v.Source, Checks: checks, OK: ok, Allow: *allow, Observed: in.self}, "", "  ")
+		if err == nil && *jsonOut == "-" {
+			_, err = fmt.Fprintln(stdout, string(raw))
+		} else if err == nil {
+			err = os.WriteFile(*jsonOut, append(raw, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "gpu-check: --json:", err)
+			return 2
+		}
+	}
+	if !ok {
+		fmt.Fprintln(human, "\nNOT OK: a check failed or is not proven (see above; --allow-not-proven names the checks that may be skipped)")
 		return 1
 	}
-	fmt.Fprintln(stdout, "\nOK: the agent's series agree with the library and nvidia-smi")
+	fmt.Fprintln(human, "\nOK: every check passed")
 	return 0
 }
 
@@ -183,7 +236,30 @@ var smiQuery = []string{"uuid", "name", "memory.total", "memory.used", "power.dr
 type smiReport struct {
 	gpus map[string]map[string]string
 	migs map[string]smiMIG // by MIG UUID
+	// apps is --query-compute-apps; q is -q by GPU UUID; mem is the
+	// memory query (reserved apart) by GPU UUID. Each *Err says why one
+	// is missing (an older driver lacks memory.reserved).
+	apps    []smiApp
+	appsErr string
+	q       map[string]smiQ
+	qErr    string
+	mem     map[string]smiMem
+	memErr  string
 }
+
+type smiApp struct {
+	PID int
+	GPU string
+	// MiB is -1 when nvidia-smi prints [N/A].
+	MiB int
+}
+
+type smiQ struct {
+	minor int
+	bus   string
+}
+
+type smiMem struct{ reserved, used float64 }
 
 type smiMIG struct{ parent, profile string }
 
@@ -209,7 +285,125 @@ func runSMI(path string, gf gpuFlags) (smiReport, error) {
 	if err != nil {
 		return smiReport{}, err
 	}
-	return parseSMI(csv, list)
+	r, err := parseSMI(csv, list)
+	if err != nil {
+		return r, err
+	}
+	if out, err := run("--query-compute-apps=pid,gpu_uuid,used_memory", "--format=csv,noheader,nounits"); err != nil {
+		r.appsErr = err.Error()
+	} else if r.apps, err = parseComputeApps(out); err != nil {
+		return r, err
+	}
+	if out, err := run("-q"); err != nil {
+		r.qErr = err.Error()
+	} else if r.q, err = parseSMIQuery(out); err != nil {
+		return r, err
+	}
+	if out, err := run("--query-gpu=uuid,memory.reserved,memory.used", "--format=csv,noheader,nounits"); err != nil {
+		r.memErr = err.Error()
+	} else if r.mem, err = parseSMIMemory(out); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// parseComputeApps reads --query-compute-apps=pid,gpu_uuid,used_memory.
+func parseComputeApps(out string) ([]smiApp, error) {
+	var apps []smiApp
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line == "No running processes found" {
+			continue
+		}
+		cols := strings.Split(line, ",")
+		if len(cols) != 3 {
+			return nil, fmt.Errorf("nvidia-smi --query-compute-apps printed %q, want pid, gpu_uuid, used_memory", line)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(cols[0]))
+		if err != nil {
+			return nil, fmt.Errorf("nvidia-smi --query-compute-apps: pid %q", cols[0])
+		}
+		a := smiApp{PID: pid, GPU: strings.TrimSpace(cols[1]), MiB: -1}
+		if m, err := strconv.Atoi(strings.TrimSpace(cols[2])); err == nil {
+			a.MiB = m
+		}
+		apps = append(apps, a)
+	}
+	return apps, nil
+}
+
+// parseSMIQuery reads nvidia-smi -q: per "GPU <bus>" section its "GPU
+// UUID", "Minor Number" and the PCI section's "Bus Id".
+func parseSMIQuery(out string) (map[string]smiQ, error) {
+	res := map[string]smiQ{}
+	var uuid string
+	var cur smiQ
+	flush := func() error {
+		if uuid == "" {
+			return nil
+		}
+		if cur.minor < 0 || cur.bus == "" {
+			return fmt.Errorf("nvidia-smi -q: GPU %s without a Minor Number or Bus Id", uuid)
+		}
+		res[uuid] = cur
+		return nil
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if smiGPUHeader.MatchString(line) {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			uuid, cur = "", smiQ{minor: -1}
+			continue
+		}
+		k, v, ok := strings.Cut(line, " : ")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		switch strings.TrimSpace(k) {
+		case "GPU UUID":
+			if uuid == "" {
+				uuid = v
+			}
+		case "Minor Number":
+			if cur.minor < 0 {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					n = -2 // N/A: the driver tells no minor
+				}
+				cur.minor = n
+			}
+		case "Bus Id":
+			if cur.bus == "" {
+				cur.bus = v
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+var smiGPUHeader = regexp.MustCompile(`^GPU [0-9A-Fa-f]+:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]\s*$`)
+
+// parseSMIMemory reads --query-gpu=uuid,memory.reserved,memory.used.
+func parseSMIMemory(out string) (map[string]smiMem, error) {
+	res := map[string]smiMem{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		cols := strings.Split(line, ",")
+		if len(cols) != 3 {
+			return nil, fmt.Errorf("nvidia-smi --query-gpu=uuid,memory.reserved,memory.used printed %q", line)
+		}
+		reserved, err1 := strconv.ParseFloat(strings.TrimSpace(cols[1]), 64)
+		used, err2 := strconv.ParseFloat(strings.TrimSpace(cols[2]), 64)
+		if err1 != nil || err2 != nil {
+			continue // [N/A]: a MIG-enabled GPU, a driver without it
+		}
+		res[strings.TrimSpace(cols[0])] = smiMem{reserved: reserved, used: used}
+	}
+	return res, nil
 }
 
 func parseSMI(csv, list string) (smiReport, error) {
