@@ -159,26 +159,36 @@ else
 fi
 if [[ ${#load[@]} -gt 0 ]]; then
 	echo ">> load: $load_desc${leaf:+, in the cgroup of pod $uid}"
+	# Its own process group (setsid, where there is one), so that stop_load ends all of it.
+	session=()
+	if command -v setsid >/dev/null; then session=(setsid); fi
 	# shellcheck disable=SC2016 # $$ and $1 are the inner shell's
-	setsid bash -c 'if [[ -n $1 ]]; then echo $$ >"$1/cgroup.procs"; fi; shift; exec "$@"' gpu-check-load "$leaf" "${load[@]}" &
+	"${session[@]}" bash -c 'if [[ -n $1 ]]; then echo $$ >"$1/cgroup.procs"; fi; shift; exec "$@"' gpu-check-load "$leaf" "${load[@]}" &
 	load_pid=$!
-	# Wait until the load is a GPU process (CUDA starts in seconds; a minute at most).
+	# Wait until the load is a GPU process (CUDA starts in seconds; a minute at most) and its
+	# processes stay the same for 2 s (a generator may start one worker per GPU, one after another).
 	listed=""
-	for _ in $(seq 60); do
+	previous="none"
+	for _ in $(seq 30); do
 		if ! kill -0 "$load_pid" 2>/dev/null; then
 			load_missing="the load exited before it showed on a GPU: $load_desc"
 			load=()
 			break
 		fi
-		mapfile -t apps < <(nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits 2>/dev/null | cut -d, -f1 | tr -d ' ')
-		for pid in "${apps[@]}"; do
-			if [[ -z "$leaf" ]] || grep -qx "$pid" "$leaf/cgroup.procs"; then listed=$pid; fi
-		done
-		[[ -z "$listed" ]] || break
-		sleep 1
+		listed=""
+		while read -r pid; do
+			if [[ -z "$leaf" ]] || grep -qx "$pid" "$leaf/cgroup.procs"; then listed+="$pid "; fi
+		done < <(nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits 2>/dev/null | cut -d, -f1 | tr -d ' ')
+		[[ -z "$listed" || "$listed" != "$previous" ]] || break
+		previous=$listed
+		sleep 2
 	done
 	if [[ ${#load[@]} -gt 0 && -z "$listed" ]]; then
 		echo ">> the load is not listed as a GPU process after 60 s"
+	elif [[ -n "$leaf" ]]; then
+		echo ">> the load's GPU processes: $listed"
+	else
+		echo ">> GPU processes (no cgroup tells the load's apart): $listed"
 	fi
 	if [[ -n "$leaf" ]]; then
 		while read -r pid; do main_args+=("--expect-pod=$pid=$uid"); done <"$leaf/cgroup.procs"

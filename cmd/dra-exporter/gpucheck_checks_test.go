@@ -53,7 +53,7 @@ func TestGPUCheckReadsOnly(t *testing.T) {
 
 // Each comparison fails on the evidence that contradicts it.
 func TestGPUCheckChecksFail(t *testing.T) {
-	gpu0 := gpu.Entity{UUID: "GPU-0", Minor: 0, Values: map[gpu.FieldID]float64{gpu.FieldFBTotal: 81559, gpu.FieldFBFree: 80000, gpu.FieldFBUsed: 1559},
+	gpu0 := gpu.Entity{UUID: "GPU-0", Minor: 0, Values: map[gpu.FieldID]float64{gpu.FieldGPUUtil: 50, gpu.FieldFBTotal: 81559, gpu.FieldFBFree: 80000, gpu.FieldFBUsed: 1559},
 		Processes: []gpu.Process{{PID: 42, UsedMemoryBytes: 1 << 30}}}
 	reading := &gpu.Reading{Entities: []gpu.Entity{gpu0}}
 	view := &nodeagent.View{SourceUp: true, ProcVisible: true,
@@ -71,6 +71,9 @@ func TestGPUCheckChecksFail(t *testing.T) {
 		{joinCheck(in), "pod 0000000a-0000-4000-8000-000000000000 has 0 MiB there"},
 		// the run without host PID attributes a pod.
 		{ownNSCheck(checkInput{view: view, ownNS: &checkReport{Observed: observed{CapEff: "0", Pods: []string{"memory GPU-0->x"}}}}), "it attributes processes to pods"},
+		// the load ran, but none of its processes was on a GPU (the GPU
+		// busy with something else proves nothing).
+		{loadCheck(checkInput{view: view, reading: reading, load: "burn", expectPods: map[int]string{43: "x"}}), "0 process(es) of the load listed"},
 		// nvidia-smi lists a process the agent does not.
 		{processesCheck(checkInput{view: view, reading: reading, withSMI: true, smi: smiReport{apps: []smiApp{{PID: 42, GPU: "GPU-0", MiB: 1024}, {PID: 7, GPU: "GPU-0", MiB: 5}}}}), "pid 7 on GPU-0: nvidia-smi lists it, the agent does not"},
 	} {

@@ -142,7 +142,7 @@ func TestGPUCheckScript(t *testing.T) {
 	run := func(tools string) (int, string, checkReport, time.Duration) {
 		t.Helper()
 		report := filepath.Join(t.TempDir(), "report.json")
-		args := []string{"--fake", fake, "--fake-tools", tools, "--json", report}
+		args := []string{"--fake", fake, "--fake-tools", tools, "--json", report, "--reads=1"}
 		for _, a := range allow {
 			args = append(args, "--allow-not-proven="+a)
 		}
