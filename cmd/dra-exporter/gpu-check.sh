@@ -15,8 +15,9 @@
 #                                             cmd/dra-exporter/testdata/fakenvidia in DIR
 #
 # What it does (docs/node-agent.md says what that proves and what it cannot):
-#  1. a GPU load for the reads: dcgmproftester12/11 (ships with DCGM; -t 1004, tensor pipes), else
-#     python3 with torch (matrix products), else none: the load check is then not proven;
+#  1. a GPU load for the reads on one GPU (--load-gpu, index 0 by default): dcgmproftester13/12/11
+#     (ships with DCGM; -t 1004, tensor pipes), else python3 with a CUDA torch (matrix products), else
+#     none: the load check is then not proven;
 #  2. the load started inside a scratch cgroup v2 shaped as a pod's
 #     (dra-gpu-check.<pid>/kubepods.slice/kubepods-pod<uid>.slice/cri-containerd-<id>.scope), created
 #     here and removed on exit; the agent must attribute its GPU process to <uid>;
@@ -78,19 +79,21 @@ main_args=()
 fake=""
 tools=""
 load_seconds=150
+load_gpu=0
 while (($#)); do
 	case "$1" in
 	--fake) fake=$2; shift 2 ;;
 	--fake-tools) tools=$2; shift 2 ;;
 	--load-seconds) load_seconds=$2; shift 2 ;;
+	--load-gpu) load_gpu=$2; shift 2 ;;
 	--json) main_args+=("--json=$2"); shift 2 ;;
 	--json=* | --allow-not-proven=* | --expect-pod=*) main_args+=("$1"); shift ;;
 	--allow-not-proven) main_args+=("--allow-not-proven=$2"); shift 2 ;;
 	*) args+=("$1"); shift ;;
 	esac
 done
-if ! [[ "$load_seconds" =~ ^[0-9]+$ ]]; then
-	echo "gpu-check: --load-seconds $load_seconds: want a whole number of seconds" >&2
+if ! [[ "$load_seconds" =~ ^[0-9]+$ && "$load_gpu" =~ ^[0-9]+$ ]]; then
+	echo "gpu-check: --load-seconds $load_seconds --load-gpu $load_gpu: want whole numbers (seconds, a GPU index)" >&2
 	exit 2
 fi
 
@@ -120,19 +123,21 @@ load=()
 load_desc=""
 load_missing=""
 if [[ -n "$fake" ]]; then
-	load=("$tools/gpu-burn" -d "$load_seconds")
-	load_desc="gpu-burn (fake: a 1 GiB process on the simulated GPU 0), $load_seconds s"
-elif pt=$(command -v dcgmproftester12 || command -v dcgmproftester11); then
-	load=("$pt" --no-dcgm-validation -t 1004 -d "$load_seconds")
-	load_desc="$(basename "$pt") --no-dcgm-validation -t 1004 (tensor pipes, every GPU), $load_seconds s"
+	load=("$tools/gpu-burn" -i "$load_gpu" -d "$load_seconds")
+	load_desc="gpu-burn (fake: a 1 GiB process on the simulated GPU $load_gpu), $load_seconds s"
+elif pt=$(command -v dcgmproftester13 || command -v dcgmproftester12 || command -v dcgmproftester11); then
+	# DCGM's GPU ids are NVML's indexes.
+	load=("$pt" --no-dcgm-validation -t 1004 -i "$load_gpu" -d "$load_seconds")
+	load_desc="$(basename "$pt") --no-dcgm-validation -t 1004 -i $load_gpu (tensor pipes), $load_seconds s"
 elif command -v python3 >/dev/null && python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-	load=(python3 -c 'import sys, time, torch
-a = torch.randn(8192, 8192, device="cuda")
+	# CUDA_DEVICE_ORDER=PCI_BUS_ID numbers the devices as NVML does.
+	load=(env CUDA_DEVICE_ORDER=PCI_BUS_ID python3 -c 'import sys, time, torch
+a = torch.randn(8192, 8192, device="cuda:" + sys.argv[2])
 end = time.time() + float(sys.argv[1])
 while time.time() < end:
     b = a @ a
-    torch.cuda.synchronize()' "$load_seconds")
-	load_desc="python3 torch matrix products on cuda:0, $load_seconds s"
+    torch.cuda.synchronize()' "$load_seconds" "$load_gpu")
+	load_desc="python3 torch matrix products on GPU $load_gpu, $load_seconds s"
 else
 	load_missing="no dcgmproftester12/11 (DCGM) and no python3 with a CUDA torch: reads taken idle"
 fi

@@ -2,7 +2,9 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,7 +19,9 @@ import (
 func TestGPUCheckReadsOnly(t *testing.T) {
 	forbidden := regexp.MustCompile(`nvidia-smi[^\n;|&]*?\s(mig|-mig|--multi-instance-gpu|-pm|--persistence-mode|-ac|--applications-clocks|-rac|-lgc|-rgc|-lmc|-rmc|-pl|--power-limit|-e\b|--ecc-config|-c\b|--compute-mode|-r\b|--gpu-reset|-am|-caa|-dm|--cuda-clocks)(\s|=|$)|dcgmi\s+(config|mig|policy)|nvidia-persistenced|/sys/bus/pci/.*(remove|reset)`)
 	allowedSMI := regexp.MustCompile(`^nvidia-smi( -L| -q| --query-compute-apps=pid,gpu_uuid,used_memory --format=csv,noheader,nounits)?( 2>/dev/null)?\s*($|\)|;|\||&&|>)`)
-	for _, file := range []string{"gpu-check.sh", "gpucheck.go", "gpucheck_checks.go"} {
+	files, _ := filepath.Glob("gpucheck*.go")
+	files = slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, "_test.go") })
+	for _, file := range append(files, "gpu-check.sh") {
 		raw, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
@@ -43,10 +47,17 @@ func TestGPUCheckReadsOnly(t *testing.T) {
 		}
 	}
 	// The Go side's calls are the ones runSMI makes.
-	raw, _ := os.ReadFile("gpucheck.go")
-	for _, call := range regexp.MustCompile(`run\("[^)]*\)`).FindAllString(string(raw), -1) {
+	raw, err := os.ReadFile("gpucheck_smi.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := regexp.MustCompile(`run\("[^)]*\)`).FindAllString(string(raw), -1)
+	if len(calls) < 5 {
+		t.Errorf("gpucheck_smi.go: found %d nvidia-smi calls, want runSMI's 5", len(calls))
+	}
+	for _, call := range calls {
 		if !regexp.MustCompile(`^run\("(-L|-q|--query-gpu=[a-z.,_"+ ()A-Za-z]*|--query-compute-apps=pid,gpu_uuid,used_memory)"(, "--format=csv,noheader,nounits")?\)$`).MatchString(call) {
-			t.Errorf("gpucheck.go: nvidia-smi call %s not in the read-only list", call)
+			t.Errorf("gpucheck_smi.go: nvidia-smi call %s not in the read-only list", call)
 		}
 	}
 }

@@ -4,9 +4,10 @@
 // is called as:
 //
 //	nvidia-smi ARGS              what gpufake's NvidiaSMI prints for ARGS
-//	gpu-burn -d SECONDS          a load: adds itself (its real PID) as a process holding 1 GiB
-//	                             on the first GPU (a MIG GPU's first instance), busy at 100%,
-//	                             rewrites the file, then runs SECONDS
+//	gpu-burn [-i INDEX] -d SECONDS
+//	                             a load: adds itself (its real PID) as a process holding 1 GiB
+//	                             on the GPU of that index (a MIG GPU's first instance), busy at
+//	                             100%, rewrites the file, then runs SECONDS
 //	nvidia-driver-proc DIR       writes the kernel driver's /proc/driver/nvidia tree under DIR
 //
 // It lives under testdata: `make gpu-check FAKE=...` and the tests build it.
@@ -59,10 +60,11 @@ func run(name string, args []string) error {
 	case "gpu-burn":
 		fs := flag.NewFlagSet(name, flag.ContinueOnError)
 		d := fs.Int("d", 20, "seconds to run")
+		i := fs.Int("i", 0, "the GPU's index")
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
-		if err := burn(file); err != nil {
+		if err := burn(file, *i); err != nil {
 			return err
 		}
 		time.Sleep(time.Duration(*d) * time.Second)
@@ -71,17 +73,22 @@ func run(name string, args []string) error {
 	return fmt.Errorf("fakenvidia: called as %q: want nvidia-smi, gpu-burn or nvidia-driver-proc", name)
 }
 
-// burn puts this process on the machine's first GPU as a CUDA burn would
-// show: a compute process holding 1 GiB, the GPU 100% busy.
-func burn(file string) error {
+// burn puts this process on the machine's GPU of that index as a CUDA
+// burn would show: a compute process holding 1 GiB, the GPU 100% busy.
+func burn(file string, index int) error {
 	spec, err := gpufake.Load(file)
 	if err != nil {
 		return err
 	}
-	if len(spec.GPUs) == 0 {
-		return fmt.Errorf("gpu-burn (fake): %s has no GPU", file)
+	var g *gpufake.GPUSpec
+	for i := range spec.GPUs {
+		if spec.GPUs[i].Index == index {
+			g = &spec.GPUs[i]
+		}
 	}
-	g := &spec.GPUs[0]
+	if g == nil {
+		return fmt.Errorf("gpu-burn (fake): %s has no GPU of index %d", file, index)
+	}
 	const mib = 1024
 	p := gpufake.ProcessSpec{PID: os.Getpid(), UsedMemoryBytes: mib << 20}
 	fields := &g.Fields
