@@ -317,10 +317,18 @@ demo: build controlplane tools node-bins node-packages ## Start a local control 
 
 GPU_CHECK := $(CURDIR)/bin/gpu-check.sh
 
+GPU_CHECK_FAKE_TOOLS := $(CURDIR)/bin/gpu-check-fake
+
 .PHONY: gpu-check
-gpu-check: build ## Verify the node agent on a GPU host: writes bin/gpu-check.sh (the script and the binary in one file, to copy to a GPU host) and runs it here; FAKE=fake.json runs it on a simulated node.
+gpu-check: build ## Prove the node agent on a GPU host in under 5 minutes: writes bin/gpu-check.sh (the script and the binary in one file, to copy to a GPU host) and runs it here; FAKE=fake.json runs it on a simulated node with fake nvidia-smi and gpu-burn.
 	bash cmd/dra-exporter/gpu-check.sh --bundle $(BIN) $(GPU_CHECK)
-	$(GPU_CHECK) $(if $(FAKE),--fake $(abspath $(FAKE))) $(GPU_CHECK_ARGS)
+ifneq ($(FAKE),)
+	mkdir -p $(GPU_CHECK_FAKE_TOOLS)
+	$(GO) build -o $(GPU_CHECK_FAKE_TOOLS)/nvidia-smi ./cmd/dra-exporter/testdata/fakenvidia
+	ln -sf nvidia-smi $(GPU_CHECK_FAKE_TOOLS)/gpu-burn
+	ln -sf nvidia-smi $(GPU_CHECK_FAKE_TOOLS)/nvidia-driver-proc
+endif
+	$(GPU_CHECK) $(if $(FAKE),--fake $(abspath $(FAKE)) --fake-tools $(GPU_CHECK_FAKE_TOOLS)) $(GPU_CHECK_ARGS)
 
 # Argo Rollouts: the real controller runs deploy/rollouts/argo-analysistemplate.yaml against the
 # real node (test/nodee2e/rollouts_test.go); its CRDs are read from the module's manifests/crds.

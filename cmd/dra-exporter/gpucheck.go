@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
 	"os"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,12 +29,17 @@ import (
 )
 
 // gpuCheck runs the node agent's GPU side on this host (no API server: an
-// empty store) and prints, for every GPU and MIG instance, each field as
-// the library answered it beside the agent's series and nvidia-smi's
-// figure; it exits 1 on a disagreement or when no source serves.
+// empty store), prints, for every GPU and MIG instance, each field as the
+// library answered it beside the agent's series and nvidia-smi's figure,
+// then the checks of docs/node-agent.md (processes, minor numbers and PCI
+// bus ids, reserved memory, the join of a pod's process, the chart's
+// restrictions); it exits 0 only when every check passes (a check not
+// proven passes only when --allow-not-proven names it), 1 otherwise, 2
+// when it cannot run.
 func gpuCheck(prog string, args []string, stdout, stderr io.Writer) int {
 	app := newApp(prog, "Reads this host's GPUs as the node agent does and prints each field's raw reading (DCGM where it serves, "+
-		"NVML otherwise) beside the agent's series and nvidia-smi's figures. Exits 1 on a disagreement.", stdout, stderr)
+		"NVML otherwise) beside the agent's series and nvidia-smi's figures, then compares processes, minor numbers, PCI bus ids, "+
+		"reserved memory and the join with nvidia-smi and the driver. Exits 0 only when every check passes.", stdout, stderr)
 	var gf gpuFlags
 	gf.register(app)
 	smi := app.Flag("nvidia-smi", "The nvidia-smi to compare with; \"fake\" renders the --gpu.fake-file machine's, \"\" skips it.").Default("nvidia-smi").String()
@@ -43,8 +47,25 @@ func gpuCheck(prog string, args []string, stdout, stderr io.Writer) int {
 	procRoot := app.Flag("proc-root", "The host's /proc.").Default("/proc").String()
 	reads := app.Flag("reads", "Reads of the GPU source; the last is compared (the first may wait for DCGM's first samples).").Default("3").Int()
 	interval := app.Flag("interval", "Time between the reads.").Default("2s").Duration()
+	jsonOut := app.Flag("json", "Also write the checks as JSON (name, status pass/fail/not-proven, evidence) to FILE; - writes them to stdout and the rest to stderr.").PlaceHolder("FILE").String()
+	driverProc := app.Flag("driver-proc", "The kernel driver's /proc/driver/nvidia (gpus/<bus>/information: UUID and minor by PCI address).").Default("/proc/driver/nvidia").String()
+	load := app.Flag("load", "The GPU load that ran during the reads (gpu-check.sh sets it).").String()
+	loadMissing := app.Flag("load.missing", "Why no GPU load ran (gpu-check.sh sets it).").Default("no load named (--load)").String()
+	expect := app.Flag("expect-pod", "PID=POD_UID: a process placed in a pod-like cgroup, which the agent must attribute to that pod (repeatable).").Strings()
+	ownNS := app.Flag("own-pid-namespace-report", "The --json of the same check run without the host PID namespace.").PlaceHolder("FILE").String()
+	ownNSErr := app.Flag("own-pid-namespace.missing", "Why there is no run without the host PID namespace.").Default("not run (--own-pid-namespace-report)").String()
+	allow := app.Flag("allow-not-proven", "A check that may end not proven without failing the run (repeatable; names: "+strings.Join(checkNames, ", ")+").").Enums(checkNames...)
 	if rc, ok := parse(app, args); !ok {
 		return rc
+	}
+	expectPods, err := parseExpectPods(*expect)
+	if err != nil {
+		fmt.Fprintln(stderr, "gpu-check:", err)
+		return 2
+	}
+	human := stdout
+	if *jsonOut == "-" {
+		human = stderr
 	}
 	src, err := gf.open(slog.New(slog.NewTextHandler(stderr, nil)), true)
 	if err != nil {
@@ -88,15 +109,44 @@ func gpuCheck(prog string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpu-check:", err)
 		return 2
 	}
-	problems := report(stdout, v, reading, seriesByUUID(mfs), smiOut, *smi != "")
-	if len(problems) > 0 {
-		fmt.Fprintf(stdout, "\nDISAGREEMENT (%d):\n", len(problems))
-		for _, p := range problems {
-			fmt.Fprintln(stdout, "  "+p)
+	in := checkInput{view: v, reading: reading, withSMI: *smi != "", smi: smiOut, driverProc: *driverProc,
+		load: *load, loadMissing: *loadMissing, expectPods: expectPods, ownNSErr: *ownNSErr, self: selfObserved("/proc/self/status")}
+	in.fieldProblems = report(human, v, reading, seriesByUUID(mfs), smiOut, in.withSMI)
+	printJoin(human, v)
+	if *ownNS != "" {
+		if in.ownNS, err = readReport(*ownNS); err != nil {
+			in.ownNSErr = "no report of the run without the host PID namespace: " + err.Error()
 		}
+	}
+	in.self.ProcVisible = v.ProcVisible
+	in.self.Processes = gpuProcesses(reading)
+	in.self.Pods = podAttributions(v)
+	if reading != nil {
+		for _, e := range reading.Entities {
+			in.self.GPUs = append(in.self.GPUs, e.UUID)
+		}
+		sort.Strings(in.self.GPUs)
+	}
+	checks := buildChecks(in)
+	ok := decide(checks, *allow)
+	printChecks(human, checks, *allow)
+	if *jsonOut != "" {
+		raw, err := json.MarshalIndent(checkReport{Source: v.Source, Checks: checks, OK: ok, Allow: *allow, Observed: in.self}, "", "  ")
+		if err == nil && *jsonOut == "-" {
+			_, err = fmt.Fprintln(stdout, string(raw))
+		} else if err == nil {
+			err = os.WriteFile(*jsonOut, append(raw, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "gpu-check: --json:", err)
+			return 2
+		}
+	}
+	if !ok {
+		fmt.Fprintln(human, "\nNOT OK: a check failed or is not proven (see above; --allow-not-proven names the checks that may be skipped)")
 		return 1
 	}
-	fmt.Fprintln(stdout, "\nOK: the agent's series agree with the library and nvidia-smi")
+	fmt.Fprintln(human, "\nOK: every check passed")
 	return 0
 }
 
@@ -173,78 +223,6 @@ var smiField = map[string]struct {
 
 func within(rel, abs float64) func(a, b float64) bool {
 	return func(a, b float64) bool { return math.Abs(a-b) <= math.Max(abs, rel*math.Max(math.Abs(a), math.Abs(b))) }
-}
-
-// smiQuery is the nvidia-smi columns gpu-check asks for (uuid first).
-var smiQuery = []string{"uuid", "name", "memory.total", "memory.used", "power.draw", "temperature.gpu", "clocks.sm",
-	"utilization.gpu", "ecc.errors.corrected.volatile.total", "ecc.errors.uncorrected.volatile.total"}
-
-// smiReport is what nvidia-smi says: GPU columns by UUID, MIG devices.
-type smiReport struct {
-	gpus map[string]map[string]string
-	migs map[string]smiMIG // by MIG UUID
-}
-
-type smiMIG struct{ parent, profile string }
-
-func runSMI(path string, gf gpuFlags) (smiReport, error) {
-	run := func(args ...string) (string, error) {
-		if path == "fake" {
-			if gf.machine == nil {
-				return "", errors.New("--nvidia-smi=fake needs --gpu.fake-file")
-			}
-			return gf.machine.NvidiaSMI(args)
-		}
-		out, err := exec.Command(path, args...).Output()
-		if err != nil {
-			return "", fmt.Errorf("%s %s: %w", path, strings.Join(args, " "), err)
-		}
-		return string(out), nil
-	}
-	csv, err := run("--query-gpu="+strings.Join(smiQuery, ","), "--format=csv,noheader,nounits")
-	if err != nil {
-		return smiReport{}, err
-	}
-	list, err := run("-L")
-	if err != nil {
-		return smiReport{}, err
-	}
-	return parseSMI(csv, list)
-}
-
-func parseSMI(csv, list string) (smiReport, error) {
-	r := smiReport{gpus: map[string]map[string]string{}, migs: map[string]smiMIG{}}
-	for _, line := range strings.Split(strings.TrimSpace(csv), "\n") {
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		cols := strings.Split(line, ",")
-		if len(cols) != len(smiQuery) {
-			return r, fmt.Errorf("nvidia-smi printed %d columns, want %d: %q", len(cols), len(smiQuery), line)
-		}
-		row := map[string]string{}
-		for i, c := range cols {
-			row[smiQuery[i]] = strings.TrimSpace(c)
-		}
-		r.gpus[row["uuid"]] = row
-	}
-	parent := ""
-	for _, line := range strings.Split(list, "\n") {
-		line = strings.TrimSpace(line)
-		_, uuid, ok := strings.Cut(line, "(UUID: ")
-		if !ok {
-			continue
-		}
-		uuid = strings.TrimSuffix(uuid, ")")
-		switch {
-		case strings.HasPrefix(line, "GPU "):
-			parent = uuid
-		case strings.HasPrefix(line, "MIG "):
-			fields := strings.Fields(line)
-			r.migs[uuid] = smiMIG{parent: parent, profile: fields[1]}
-		}
-	}
-	return r, nil
 }
 
 // report prints the comparison and returns the disagreements.

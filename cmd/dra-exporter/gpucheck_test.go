@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dra-exporter/dra-exporter/internal/gpu"
 )
@@ -17,6 +20,12 @@ func runGPUCheck(t *testing.T, args ...string) (int, string) {
 	rc := gpuCheck("dra-exporter gpu-check", append([]string{"--reads=1", "--kubelet.pod-resources-socket="}, args...), &out, &errOut)
 	return rc, out.String() + errOut.String()
 }
+
+// allowIdle lets the checks that need the script (a load, a pod's cgroup,
+// the restricted runs, the driver's /proc; a MIG GPU's memory, read per
+// instance) end not proven; a failing check still fails.
+var allowIdle = []string{"--allow-not-proven=memory-reserved", "--allow-not-proven=load", "--allow-not-proven=join", "--allow-not-proven=minor-pci",
+	"--allow-not-proven=restricted-host-pid", "--allow-not-proven=restricted-own-pid-namespace", "--allow-not-proven=processes"}
 
 // gpu-check on the fake's nodes: the raw readings, the agent's series and
 // the fake's nvidia-smi agree; the field groups are said.
@@ -29,8 +38,8 @@ func TestGPUCheckFake(t *testing.T) {
 	} {
 		t.Run(scenario, func(t *testing.T) {
 			dir := filepath.Join("..", "..", "testdata", "node", scenario)
-			rc, out := runGPUCheck(t, "--gpu.fake-file="+filepath.Join(dir, "fake.json"), "--nvidia-smi=fake", "--proc-root="+filepath.Join(dir, "proc"))
-			if rc != 0 || !strings.Contains(out, want) || !strings.Contains(out, "OK: the agent's series agree") {
+			rc, out := runGPUCheck(t, append(allowIdle, "--gpu.fake-file="+filepath.Join(dir, "fake.json"), "--nvidia-smi=fake", "--proc-root="+filepath.Join(dir, "proc"))...)
+			if rc != 0 || !strings.Contains(out, want) || !strings.Contains(out, "OK: every check passed") {
 				t.Errorf("exit %d, want 0 and %q:\n%s", rc, want, out)
 			}
 		})
@@ -43,20 +52,31 @@ func TestGPUCheckDisagreement(t *testing.T) {
 	dir := t.TempDir()
 	stub := filepath.Join(dir, "nvidia-smi")
 	script := `#!/bin/sh
-if [ "$1" = "-L" ]; then
+case "$1" in
+-L)
   echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-c0d00000-0000-4000-8000-000000000000)"
-  echo "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-c0d00001-0000-4000-8000-000000000001)"
-  exit 0
-fi
-echo "GPU-c0d00000-0000-4000-8000-000000000000, NVIDIA H100 80GB HBM3, 40000, 61440, 512.25, 62, 1980, 87, 0, 0"
-echo "GPU-c0d00001-0000-4000-8000-000000000001, NVIDIA H100 80GB HBM3, 81559, 0, 69.5, 31, 345, 0, 0, 0"
+  echo "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-c0d00001-0000-4000-8000-000000000001)" ;;
+--query-compute-apps=*) echo "4101, GPU-c0d00000-0000-4000-8000-000000000000, 61440" ;;
+--query-gpu=uuid,memory.reserved,memory.used)
+  echo "GPU-c0d00000-0000-4000-8000-000000000000, 0, 61440"
+  echo "GPU-c0d00001-0000-4000-8000-000000000001, 0, 0" ;;
+-q) printf 'GPU 00000000:18:00.0\n    GPU UUID : GPU-c0d00000-0000-4000-8000-000000000000\n    Minor Number : 0\n        Bus Id : 00000000:18:00.0\n' ;;
+*)
+  echo "GPU-c0d00000-0000-4000-8000-000000000000, NVIDIA H100 80GB HBM3, 40000, 61440, 512.25, 62, 1980, 87, 0, 0"
+  echo "GPU-c0d00001-0000-4000-8000-000000000001, NVIDIA H100 80GB HBM3, 81559, 0, 69.5, 31, 345, 0, 0, 0" ;;
+esac
 `
 	if err := os.WriteFile(stub, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	rc, out := runGPUCheck(t, "--gpu.fake-file=../../testdata/node/hostengine-restart/fake.json", "--nvidia-smi="+stub, "--proc-root=")
-	if rc != 1 || !strings.Contains(out, "DCGM_FI_DEV_FB_TOTAL: the library reads 81559, nvidia-smi memory.total 40000") {
-		t.Errorf("exit %d, want 1 naming memory.total:\n%s", rc, out)
+	for _, want := range []string{
+		"DCGM_FI_DEV_FB_TOTAL: the library reads 81559, nvidia-smi memory.total 40000",
+		"GPU-c0d00001-0000-4000-8000-000000000001: not in nvidia-smi -q",
+	} {
+		if rc != 1 || !strings.Contains(out, want) {
+			t.Errorf("exit %d, want 1 naming %q:\n%s", rc, want, out)
+		}
 	}
 }
 
@@ -88,8 +108,10 @@ func TestGPUCheckComparison(t *testing.T) {
 	}
 }
 
-// The one-file script: it carries the binary, runs the fake where there is
-// no GPU, and refuses to run without nvidia-smi otherwise.
+// The one-file script on the fake node: the fake gpu-burn in a pod-shaped
+// cgroup, the two restricted runs, every comparison passing; then the same
+// run with an nvidia-smi that disagrees (another minor number, a process
+// left out), which must fail; and without nvidia-smi it refuses to run.
 func TestGPUCheckScript(t *testing.T) {
 	bin := buildBinary(t)
 	dir := filepath.Dir(bin)
@@ -100,21 +122,146 @@ func TestGPUCheckScript(t *testing.T) {
 	if err := os.Remove(bin); err != nil {
 		t.Fatal(err)
 	}
-	fake, _ := filepath.Abs("../../testdata/node/a100-no-profiling/fake.json")
-	cmd := exec.Command(bundle, "--fake", fake, "--reads=1", "--proc-root=")
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "OK: the agent's series agree") || !strings.Contains(string(out), "dra-exporter, version") {
-		t.Errorf("bundle --fake: %v\n%s", err, out)
+	fakenvidia := filepath.Join(dir, "fakenvidia")
+	if out, err := exec.Command("go", "build", "-o", fakenvidia, "./testdata/fakenvidia").CombinedOutput(); err != nil {
+		t.Fatalf("go build fakenvidia: %v\n%s", err, out)
 	}
+	tools := fakeTools(t, fakenvidia, "")
+	fake, _ := filepath.Abs("testdata/gpucheck/fake.json")
+	// Where this machine cannot give the evidence (not root: no cgroup,
+	// no setpriv, no unshare), those checks may end not proven; say so.
+	var allow []string
+	if os.Geteuid() != 0 {
+		allow = []string{"join", "restricted-host-pid", "restricted-own-pid-namespace"}
+	} else if !cgroupV2Writable() {
+		allow = []string{"join"}
+	}
+	if len(allow) > 0 {
+		t.Logf("this machine cannot prove %v: allowed not proven", allow)
+	}
+	run := func(tools string) (int, string, checkReport, time.Duration) {
+		t.Helper()
+		report := filepath.Join(t.TempDir(), "report.json")
+		args := []string{"--fake", fake, "--fake-tools", tools, "--json", report, "--reads=1"}
+		for _, a := range allow {
+			args = append(args, "--allow-not-proven="+a)
+		}
+		cmd := exec.Command(bundle, args...)
+		cmd.Dir = dir
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		took := time.Since(start)
+		rc := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			rc = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		var r checkReport
+		raw, err := os.ReadFile(report)
+		if err != nil || json.Unmarshal(raw, &r) != nil {
+			t.Fatalf("no JSON report (%v):\n%s", err, out)
+		}
+		for _, pattern := range []string{"/sys/fs/cgroup/dra-gpu-check.*", "/sys/fs/cgroup/*/dra-gpu-check.*"} {
+			if left, _ := filepath.Glob(pattern); len(left) > 0 {
+				t.Errorf("scratch cgroups left: %v", left)
+			}
+		}
+		return rc, string(out), r, took
+	}
+	status := func(r checkReport) map[string]check {
+		out := map[string]check{}
+		for _, c := range r.Checks {
+			out[c.Name] = c
+		}
+		return out
+	}
+
+	rc, out, r, took := run(tools)
+	t.Logf("FAKE mode: the script ran in %v", took.Round(10*time.Millisecond))
+	checks := status(r)
+	if rc != 0 || !r.OK || len(checks) != len(checkNames) || !strings.Contains(out, "dra-exporter, version") {
+		t.Errorf("exit %d ok %v, want 0 and every check:\n%s", rc, r.OK, out)
+	}
+	for _, name := range checkNames {
+		if c := checks[name]; c.Status != statusPass && !slices.Contains(allow, name) {
+			t.Errorf("check %s: %s %v, want pass", name, c.Status, c.Evidence)
+		}
+	}
+	if !slices.Contains(allow, "join") && !strings.Contains(strings.Join(checks["join"].Evidence, "\n"), "1024 MiB, isolation violation") {
+		t.Errorf("join evidence %v: want the burn's 1024 MiB under its pod, a violation", checks["join"].Evidence)
+	}
+
+	// An nvidia-smi that says another minor for GPU 1 and leaves its
+	// process out: both comparisons fail, the run exits 1.
+	rc, out, r, _ = run(fakeTools(t, fakenvidia, `case "$1" in
+-q) sed 's/Minor Number *: 3$/Minor Number : 5/' <<<"$out" ;;
+--query-compute-apps=*) grep -v '^999998,' <<<"$out" || true ;;
+*) printf '%s\n' "$out" ;;
+esac`))
+	checks = status(r)
+	if rc != 1 || r.OK || checks[checkMinorPCI].Status != statusFail || checks[checkProcesses].Status != statusFail {
+		t.Errorf("exit %d ok %v, want 1 with minor-pci and processes failed:\n%s", rc, r.OK, out)
+	}
+	for _, want := range []string{"the agent reads minor 3, nvidia-smi -q 5", "pid 999998 on GPU-9c4e0001-0000-4000-8000-000000000001: the agent lists it, nvidia-smi does not"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("want %q:\n%s", want, out)
+		}
+	}
+
 	if _, err := exec.LookPath("nvidia-smi"); err == nil {
 		return
 	}
-	cmd = exec.Command(bundle)
-	out, err = cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "nvidia-smi not found") {
-		t.Errorf("bundle without a GPU: %v, want exit 2:\n%s", err, out)
+	cmd := exec.Command(bundle)
+	outb, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(outb), "nvidia-smi not found") {
+		t.Errorf("bundle without a GPU: %v, want exit 2:\n%s", err, outb)
 	}
+}
+
+// fakeTools links testdata/fakenvidia (built at real) as nvidia-smi,
+// gpu-burn and nvidia-driver-proc in a directory of their own; with
+// filter, nvidia-smi is a bash wrapper that runs the fake's and passes its
+// output ($out, its arguments as "$@") through filter.
+func fakeTools(t *testing.T, real, filter string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Symlink(real, filepath.Join(dir, "fakenvidia")); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"gpu-burn", "nvidia-driver-proc"} {
+		if err := os.Symlink("fakenvidia", filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	smi := filepath.Join(dir, "nvidia-smi")
+	if filter == "" {
+		if err := os.Symlink("fakenvidia", smi); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	wrapper := "#!/usr/bin/env bash\nout=$(exec -a nvidia-smi " + real + " \"$@\") || exit $?\n" + filter + "\n"
+	if err := os.WriteFile(smi, []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// cgroupV2Writable: a cgroup v2 hierarchy this process may create a
+// cgroup in (what the script's join check needs).
+func cgroupV2Writable() bool {
+	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err != nil {
+			continue
+		}
+		probe, err := os.MkdirTemp(root, "dra-gpu-check-probe.")
+		if err != nil {
+			return false
+		}
+		return os.Remove(probe) == nil
+	}
+	return false
 }
 
 // buildBinary builds the binary into a directory of its own, for tests

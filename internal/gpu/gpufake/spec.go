@@ -66,6 +66,9 @@ type GPUSpec struct {
 	Index   int    `json:"index"`
 	// Minor is /dev/nvidia<minor>; absent, the index.
 	Minor *int `json:"minor,omitempty"`
+	// PCIBusID is the GPU's PCI address as nvidia-smi prints it
+	// (00000000:18:00.0); absent, bus 0x18 plus the index.
+	PCIBusID string `json:"pci_bus_id,omitempty"`
 	// Fields are the GPU's DCGM field values by name, in DCGM's units; a
 	// field absent has no sample (DCGM: blank with NO_DATA; NVML: not
 	// supported).
@@ -202,4 +205,11 @@ func (g GPUSpec) minor() int {
 		return *g.Minor
 	}
 	return g.Index
+}
+
+func (g GPUSpec) busID() string {
+	if g.PCIBusID != "" {
+		return g.PCIBusID
+	}
+	return fmt.Sprintf("00000000:%02X:00.0", 0x18+g.Index)
 }
