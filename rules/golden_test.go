@@ -246,7 +246,12 @@ func expectedGoldenAlerts(samples []sample) map[string]bool {
 				want[alertKey("DRAPodOnUnhealthyDevice", "critical", s.labels)] = true
 			}
 		case "dra_allocated_device_taint":
-			if e := s.labels["effect"]; (e == "NoSchedule" || e == "NoExecute") && v == 1 {
+			e, taint := s.labels["effect"], s.labels["taint"]
+			switch {
+			case v != 1 || e != "NoSchedule" && e != "NoExecute":
+			case taint == "gpu.nvidia.com/gpu-lost" || taint == "gpu.nvidia.com/xid":
+				want[alertKey("DRAPodOnFailedGPU", "critical", s.labels)] = true
+			default:
 				want[alertKey("DRAPodOnTaintedDevice", "warning", s.labels)] = true
 			}
 		case "dra_device_allocation_conflict":
