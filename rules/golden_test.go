@@ -232,6 +232,8 @@ func expectedGoldenAlerts(samples []sample) map[string]bool {
 				want[alertKey("DRAClaimAllocatedUnreserved", "warning", l)] = true
 			case l["reason"] == "pod_stuck_terminating" && l["device"] != "":
 				want[alertKey("DRAPodStuckTerminating", "warning", l)] = true
+			case l["reason"] == "noexecute_not_evicted":
+				want[alertKey("DRAPodNotEvictedFromTaintedDevice", "warning", l)] = true
 			case l["device"] != "":
 				want[alertKey("DRAClaimReservationLeak", "critical", l)] = true
 			case l["reason"] == "owner_missing":
