@@ -39,9 +39,9 @@ const (
 	// LeakNotEvicted: status.reservedFor names a running pod that holds a
 	// device with a NoExecute taint its request does not tolerate, added
 	// longer ago than the grace period. The device taint eviction
-	// controller deletes such a pod within seconds; before Kubernetes 1.38
-	// it does not see a claim that maps an extended resource
-	// (kubernetes#141290), so that pod runs on.
+	// controller deletes such a pod within seconds. kubernetes#141290
+	// reports it skipping a claim that maps an extended resource (seen on
+	// 1.36.1, fixed for 1.38; the e2e harness's 1.37.2 evicts such a pod).
 	LeakNotEvicted LeakReason = "noexecute_not_evicted"
 )
 
@@ -165,7 +165,7 @@ func notEvicted(s *index.Snapshot, c *index.Claim, p *index.Pod, now time.Time, 
 		why := "the device taint eviction controller of kube-controller-manager has not deleted it"
 		if _, extended := c.Obj.Annotations[resourceapi.ExtendedResourceClaimAnnotation]; extended {
 			how = "as an extended resource (claim " + c.Key.Name + ", the scheduler's mapping)"
-			why = "before Kubernetes 1.38 the device taint eviction controller does not see a claim of extended resources (kubernetes#141290)"
+			why = "the device taint eviction controller has not deleted it; kubernetes#141290 reports it skipping claims of extended resources before 1.38"
 		}
 		taint := t.Key
 		if t.Value != "" {

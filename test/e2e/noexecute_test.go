@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,14 +13,16 @@ import (
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 )
 
-// TestNoExecuteNotEvictedExtendedResource (kubernetes#141290, fixed in
-// 1.38): a DeviceTaintRule puts a NoExecute taint on the device of a pod
-// with a claim of its own and on the device of a pod that got its GPU as
-// the extended resource nvidia.com/gpu. The real kube-controller-manager's
-// device taint eviction controller evicts the first; the exporter names
-// the second, which runs on, as leak noexecute_not_evicted once the taint
-// is older than the grace period (3s here).
-func TestNoExecuteNotEvictedExtendedResource(t *testing.T) {
+// TestNoExecuteEvictsExtendedResourcePods checks kubernetes#141290 (the
+// device taint eviction controller skips pods that got their device as an
+// extended resource, reported on 1.36.1, fixed for 1.38) on the harness's
+// real kube-controller-manager: a DeviceTaintRule puts a NoExecute taint on
+// the device of a pod with a claim of its own and on the device of a pod
+// that got nvidia.com/gpu through the extended-resource mapping. On v1.37.2
+// both are evicted, so the exporter must report no noexecute_not_evicted
+// leak for either: the leak is for a controller that does skip one, which
+// only the golden scenario noexecute-not-evicted shows.
+func TestNoExecuteEvictsExtendedResourcePods(t *testing.T) {
 	requireCluster(t)
 	ctx := context.Background()
 	c := env.cp.Client
@@ -64,27 +67,22 @@ func TestNoExecuteNotEvictedExtendedResource(t *testing.T) {
 		})
 	}
 
-	// The pod with a claim of its own is evicted: the controller runs.
-	if err := cluster.WaitFor(ctx, 60*time.Second, "the eviction of llm-0", func(ctx context.Context) (bool, error) {
-		p, err := c.CoreV1().Pods(ns).Get(ctx, "llm-0", metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
+	// Both pods are evicted, and no leak names either on the way.
+	for _, pod := range []*corev1.Pod{plain, ext} {
+		if err := cluster.WaitFor(ctx, 60*time.Second, "the eviction of "+pod.Name, func(ctx context.Context) (bool, error) {
+			p, err := c.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return err == nil && (p.UID != pod.UID || p.DeletionTimestamp != nil), err
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return err == nil && (p.UID != plain.UID || p.DeletionTimestamp != nil), err
-	}); err != nil {
-		t.Fatal(err)
 	}
-	// The extended-resource pod is not, and the exporter says so.
-	eventually(t, waitMetric, "noexecute_not_evicted for llm-ext", func(m cluster.Metrics) error {
-		if err := one(m, "dra_claim_reservation_leak", map[string]string{"namespace": ns, "claim": extClaim, "pod": "llm-ext",
-			"pod_uid": string(ext.UID), "device": extDevice.Device, "reason": "noexecute_not_evicted"}, 1); err != nil {
+	eventually(t, waitMetric, "no noexecute_not_evicted", func(m cluster.Metrics) error {
+		if err := none(m, "dra_claim_reservation_leak", map[string]string{"namespace": ns, "claim": extClaim, "reason": "noexecute_not_evicted"}); err != nil {
 			return err
 		}
 		return none(m, "dra_claim_reservation_leak", map[string]string{"namespace": ns, "claim": plainClaim, "reason": "noexecute_not_evicted"})
 	})
-	p, err := c.CoreV1().Pods(ns).Get(ctx, "llm-ext", metav1.GetOptions{})
-	if err != nil || p.DeletionTimestamp != nil {
-		t.Fatalf("llm-ext: %v, deletionTimestamp %v: the eviction controller evicted it (kubernetes#141290 fixed in this version?)", err, p.DeletionTimestamp)
-	}
-	explain(t, ns+"/llm-ext", "kubernetes#141290")
 }
