@@ -232,6 +232,8 @@ func expectedGoldenAlerts(samples []sample) map[string]bool {
 				want[alertKey("DRAClaimAllocatedUnreserved", "warning", l)] = true
 			case l["reason"] == "pod_stuck_terminating" && l["device"] != "":
 				want[alertKey("DRAPodStuckTerminating", "warning", l)] = true
+			case l["reason"] == "noexecute_not_evicted":
+				want[alertKey("DRAPodNotEvictedFromTaintedDevice", "warning", l)] = true
 			case l["device"] != "":
 				want[alertKey("DRAClaimReservationLeak", "critical", l)] = true
 			case l["reason"] == "owner_missing":
@@ -246,7 +248,12 @@ func expectedGoldenAlerts(samples []sample) map[string]bool {
 				want[alertKey("DRAPodOnUnhealthyDevice", "critical", s.labels)] = true
 			}
 		case "dra_allocated_device_taint":
-			if e := s.labels["effect"]; (e == "NoSchedule" || e == "NoExecute") && v == 1 {
+			e, taint := s.labels["effect"], s.labels["taint"]
+			switch {
+			case v != 1 || e != "NoSchedule" && e != "NoExecute":
+			case taint == "gpu.nvidia.com/gpu-lost" || taint == "gpu.nvidia.com/xid":
+				want[alertKey("DRAPodOnFailedGPU", "critical", s.labels)] = true
+			default:
 				want[alertKey("DRAPodOnTaintedDevice", "warning", s.labels)] = true
 			}
 		case "dra_device_allocation_conflict":

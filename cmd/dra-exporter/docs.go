@@ -106,7 +106,7 @@ func renderReference(defs []*family.Def) string {
 	b.WriteString("| `source`, `state`, `reason` of `dra_gpu_source_info` | `dcgm`, `nvml`; `serving`, `unavailable`, `standby`; `\"\"`, " + quoted(gpu.UnavailableReasons) + " |\n")
 	b.WriteString("| `field_group`, `reason` of `dra_gpu_field_group_watched` | `basic`, `profiling`; `\"\"` (watched), " + quoted(gpu.UnwatchedReasons) + " |\n")
 	b.WriteString("| `reason` of `dra_node_claim_fetch_errors_total` | `forbidden`, `error` |\n")
-	b.WriteString("| `collector` of `dra_node_scrape_collector_*` | `gpu`, `podresources`, `procmap`, `join` |\n")
+	b.WriteString("| `collector` of `dra_node_scrape_collector_*` | `gpu`, `podresources`, `procmap`, `driver-checkpoint`, `join` |\n")
 	b.WriteString("| `stage` of `dra_claim_release_duration_seconds` | `unreserved`, `deallocated` |\n")
 	b.WriteString("| `stage` of `dra_pod_startup_duration_seconds` | `claim_created`, `allocated`, `bound`, `started`, `ready` |\n")
 	b.WriteString("| `resource` of self-metrics | `deviceclasses`, `resourceslices`, `resourceclaims`, `pods`, `nodes`, `events`, `devicetaintrules` (where served) |\n")

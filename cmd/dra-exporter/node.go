@@ -93,6 +93,8 @@ type nodeFlags struct {
 	kubeconfig    string
 	probeInterval time.Duration
 	devicePlugin  string
+	// driverCheckpoint is --nvidia.checkpoint-file.
+	driverCheckpoint string
 }
 
 func (f *nodeFlags) register(app *kingpin.Application) {
@@ -106,6 +108,8 @@ func (f *nodeFlags) register(app *kingpin.Application) {
 	kubeconfigFlag(app).StringVar(&f.kubeconfig)
 	app.Flag("kube.probe-interval", "How often to probe the API server's /readyz (dra_exporter_apiserver_up).").Default("15s").DurationVar(&f.probeInterval)
 	registerDevicePluginResources(app, &f.devicePlugin)
+	app.Flag("nvidia.checkpoint-file", "The NVIDIA DRA driver's checkpoint (hostPath /var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json, read-only): the claims its kubelet plugin holds prepared, to find those the API server no longer has (dra_node_claim_conflict reason driver_prepared_without_claim). Empty: not read.").
+		PlaceHolder("FILE").StringVar(&f.driverCheckpoint)
 }
 
 func node(prog string, args []string, stdout, stderr io.Writer) int {
@@ -154,7 +158,8 @@ func node(prog string, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	go kube.Probe(ctx, client.Discovery().RESTClient(), self, nf.probeInterval, logger, gate)
-	cfg := nodeagent.Config{Node: nf.nodeName, Store: store, GPU: src, Logger: logger, DevicePluginResources: dra.ParseResources(nf.devicePlugin)}
+	cfg := nodeagent.Config{Node: nf.nodeName, Store: store, GPU: src, Logger: logger, DevicePluginResources: dra.ParseResources(nf.devicePlugin),
+		DriverCheckpoint: nf.driverCheckpoint}
 	if nf.socket != "" {
 		c, err := podresources.NewClient(nf.socket, nf.socketTimeout)
 		if err != nil {

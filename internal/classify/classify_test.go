@@ -697,17 +697,7 @@ func TestLeaksChangeAtStuckTerminating(t *testing.T) {
 	deadline := T0.Add(-2 * time.Minute)
 	p.DeletionTimestamp = Ptr(metav1.NewTime(deadline))
 	c := ReservedFor(Allocated(CreatedAt(Claim("slow-claim", "uid-slow-claim"), T0.Add(-time.Hour)), "node-1", T0.Add(-time.Hour), Result("gpu", "node-1", "gpu-0")), p)
-	s := snapshotOf(t, world(p, c)...)
-	if leaks := classify.Leaks(s, T0, grace); len(leaks) != 0 {
-		t.Fatalf("within the grace period: %+v", leaks)
-	}
-	at := classify.LeaksChangeAt(s, T0, grace)
-	if want := deadline.Add(grace); at.Before(want) || at.After(want.Add(time.Second)) {
-		t.Fatalf("LeaksChangeAt = %s, want just after %s", at, want)
-	}
-	if leaks := classify.Leaks(s, at, grace); len(leaks) != 1 || leaks[0].Reason != classify.LeakPodStuckTerminating {
-		t.Fatalf("at %s: %+v, want one pod_stuck_terminating", at, leaks)
-	}
+	leakAppearsAt(t, snapshotOf(t, world(p, c)...), grace, deadline.Add(grace), classify.LeakPodStuckTerminating)
 }
 
 func TestFormat(t *testing.T) {

@@ -5,7 +5,9 @@ import (
 	"slices"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
@@ -34,10 +36,17 @@ const (
 	// the driver's NodeUnprepareResources keeps failing (kubernetes#139772),
 	// and the resourceclaim controller keeps the reservation until it is gone.
 	LeakPodStuckTerminating LeakReason = "pod_stuck_terminating"
+	// LeakNotEvicted: status.reservedFor names a running pod that holds a
+	// device with a NoExecute taint its request does not tolerate, added
+	// longer ago than the grace period. The device taint eviction
+	// controller deletes such a pod within seconds. kubernetes#141290
+	// reports it skipping a claim that maps an extended resource (seen on
+	// 1.36.1, fixed for 1.38; the e2e harness's 1.37.2 evicts such a pod).
+	LeakNotEvicted LeakReason = "noexecute_not_evicted"
 )
 
 // LeakReasons lists every leak reason.
-var LeakReasons = []LeakReason{LeakPodMissing, LeakPodFinished, LeakPodRecreated, LeakOwnerMissing, LeakUnreserved, LeakPodStuckTerminating}
+var LeakReasons = []LeakReason{LeakPodMissing, LeakPodFinished, LeakPodRecreated, LeakOwnerMissing, LeakUnreserved, LeakPodStuckTerminating, LeakNotEvicted}
 
 // stuckSince returns when a bound pod in deletion became stuck (its
 // deletion deadline: deletionTimestamp is the time of the delete plus the
@@ -98,7 +107,11 @@ func Leaks(s *index.Snapshot, now time.Time, grace time.Duration) []Leak {
 				reason, detail = LeakPodFinished, fmt.Sprintf("reserved for pod %s, which was deleted before it was bound", r.Name)
 			default:
 				since, stuck := stuckSince(p)
-				if !stuck || now.Sub(since) <= grace {
+				if !stuck {
+					out = append(out, notEvicted(s, c, p, now, grace)...)
+					continue
+				}
+				if now.Sub(since) <= grace {
 					continue
 				}
 				reason, detail = LeakPodStuckTerminating, fmt.Sprintf("reserved for pod %s on node %s, deleted and past its deadline since %s (%s) with no container running: the kubelet cannot finish it (a failing NodeUnprepareResources of the driver keeps it, kubernetes#139772)",
@@ -127,6 +140,82 @@ func Leaks(s *index.Snapshot, now time.Time, grace time.Duration) []Leak {
 		}
 	}
 	return out
+}
+
+// notEvicted lists the devices of claim c, reserved for the live pod p,
+// that carry a NoExecute taint the request that got the device does not
+// tolerate, added longer than grace ago. A pod already being deleted is
+// being evicted (or is stuck, pod_stuck_terminating); a taint without
+// timeAdded has no age to judge and is left out.
+func notEvicted(s *index.Snapshot, c *index.Claim, p *index.Pod, now time.Time, grace time.Duration) []Leak {
+	if p.Obj.DeletionTimestamp != nil || p.Obj.Spec.NodeName == "" || !s.AnyDeviceTaints() {
+		return nil
+	}
+	var out []Leak
+	for _, r := range c.Results {
+		d := s.Device(r.Device)
+		if r.AdminAccess || d == nil {
+			continue
+		}
+		t, ok := untoleratedNoExecute(s.Taints(d), requestTolerations(c, r.Request))
+		if !ok || now.Sub(t.TimeAdded.Time) <= grace {
+			continue
+		}
+		how := "through claim " + c.Key.Name
+		why := "the device taint eviction controller of kube-controller-manager has not deleted it"
+		if _, extended := c.Obj.Annotations[resourceapi.ExtendedResourceClaimAnnotation]; extended {
+			how = "as an extended resource (claim " + c.Key.Name + ", the scheduler's mapping)"
+			why = "the device taint eviction controller has not deleted it; kubernetes#141290 reports it skipping claims of extended resources before 1.38"
+		}
+		taint := t.Key
+		if t.Value != "" {
+			taint += "=" + t.Value
+		}
+		taint += ":NoExecute"
+		if t.Rule != "" {
+			taint += " by DeviceTaintRule " + t.Rule
+		}
+		node := c.Node
+		if node == "" {
+			node = d.Node
+		}
+		out = append(out, Leak{Claim: c, Pod: p.Key.Name, PodUID: p.UID, Node: node, Device: r.Device.Device, Reason: LeakNotEvicted,
+			Detail: fmt.Sprintf("reserved for pod %s, which runs on device %s %s although the device is tainted %s since %s (%s) and the request does not tolerate it: %s",
+				p.Key.Name, r.Device.Device, how, taint, t.TimeAdded.UTC().Format(time.RFC3339), now.Sub(t.TimeAdded.Time).Round(time.Second), why)})
+	}
+	return out
+}
+
+// untoleratedNoExecute returns the oldest NoExecute taint with a timeAdded
+// that no toleration tolerates.
+func untoleratedNoExecute(taints []index.Taint, tolerations []resourceapi.DeviceToleration) (index.Taint, bool) {
+	var oldest index.Taint
+	found := false
+	for _, t := range taints {
+		if t.Effect != resourceapi.DeviceTaintEffectNoExecute || t.TimeAdded == nil {
+			continue
+		}
+		if slices.ContainsFunc(tolerations, func(tol resourceapi.DeviceToleration) bool { return resourceclaim.ToleratesTaint(tol, t.DeviceTaint) }) {
+			continue
+		}
+		if !found || t.TimeAdded.Before(oldest.TimeAdded) {
+			oldest, found = t, true
+		}
+	}
+	return oldest, found
+}
+
+// requestTolerations are the tolerations of the request (or firstAvailable
+// subrequest, "request/sub") that an allocation result names.
+func requestTolerations(c *index.Claim, request string) []resourceapi.DeviceToleration {
+	for _, r := range c.Obj.Spec.Devices.Requests {
+		for _, cand := range candidates(r) {
+			if cand.name == request {
+				return cand.tolerations
+			}
+		}
+	}
+	return nil
 }
 
 // perDevice repeats a leak for each allocated device, so that the series
@@ -168,6 +257,14 @@ func LeaksChangeAt(s *index.Snapshot, now time.Time, grace time.Duration) time.T
 			if p := s.Pod(index.Key{Namespace: c.Key.Namespace, Name: r.Name}); p != nil && p.UID == r.UID {
 				if since, stuck := stuckSince(p); stuck {
 					earliest(since.Add(grace).Add(time.Nanosecond))
+				} else if p.Obj.DeletionTimestamp == nil && p.Obj.Spec.NodeName != "" && s.AnyDeviceTaints() {
+					for _, res := range c.Results {
+						if d := s.Device(res.Device); d != nil && !res.AdminAccess {
+							if t, ok := untoleratedNoExecute(s.Taints(d), requestTolerations(c, res.Request)); ok {
+								earliest(t.TimeAdded.Add(grace).Add(time.Nanosecond))
+							}
+						}
+					}
 				}
 			}
 		}

@@ -147,11 +147,35 @@ func cdiFailure(pod *corev1.Pod) string {
 func (w *walker) failOnEvent(l Link, e *index.Event, evidence ...string) {
 	l.Reason = NodePrepareFailed
 	l.Evidence = append([]string{eventEvidence(e)}, evidence...)
+	if held := heldForGoneClaim(w.s, e.Message); w.explain && held != "" {
+		l.Evidence = append(l.Evidence, held)
+	}
 	claim := w.failedClaim(e)
 	if claim != nil {
 		l.Claim = claim.Key.Name
 	}
 	w.fail(l, claim, l.Claim)
+}
+
+// heldForGoneClaim explains the driver's refusal to prepare a device it
+// holds prepared for another claim: when no claim has that UID any more,
+// the driver never unprepared it. The NVIDIA driver's plugin does not
+// reconcile its checkpoint against the API: a claim deleted (its pod
+// force-deleted) while the plugin was down stays prepared there for good
+// (dra-driver-nvidia-gpu#1278). "" for any other message. Every exporter,
+// sharded or not, watches every namespace's claims, so a UID missing from
+// the snapshot is a claim that is gone.
+func heldForGoneClaim(s *index.Snapshot, message string) string {
+	device, uid, ok := vocab.HeldForOtherClaim(message)
+	if !ok {
+		return ""
+	}
+	for _, c := range s.Claims {
+		if string(c.Obj.UID) == uid {
+			return fmt.Sprintf("the driver holds device %s prepared for claim %s/%s (uid %s), which exists: the device is allocated to two claims, or that claim's pod on this node has not released it yet", device, c.Key.Namespace, c.Key.Name, uid)
+		}
+	}
+	return fmt.Sprintf("the driver still holds device %s prepared for claim uid %s, which no longer exists: a claim deleted while the driver's kubelet plugin was down is never unprepared (dra-driver-nvidia-gpu#1278); remove the claim from the plugin's checkpoint (/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json) and restart the plugin", device, uid)
 }
 
 // eventSecond is the event's time in whole seconds, the precision of the

@@ -133,7 +133,7 @@ func TestSliceMovedBetweenPools(t *testing.T) {
 func TestClassUpdateRematchesDevices(t *testing.T) {
 	node1 := Slice("node-1", "node-1", 1,
 		GPUDevice("gpu-0", "GPU-0"),
-		MIGDevice("gpu-1-mig-1g5gb-0-0", "MIG-0", "GPU-1", "1g.5gb", "4864Mi"))
+		MIGDevice("gpu-1-mig-1g5gb-19-0", "MIG-0", "GPU-1", "1g.5gb", "4864Mi"))
 	flexible := DeviceClass("flex", "device.attributes['gpu.nvidia.com'].type == 'gpu'")
 	ix := Build(t, index.Config{}, flexible, node1)
 
@@ -145,7 +145,7 @@ func TestClassUpdateRematchesDevices(t *testing.T) {
 
 	Upsert(t, ix, DeviceClass("flex", "device.attributes['gpu.nvidia.com'].type == 'mig'"), true)
 	after := ix.Snapshot()
-	if got := ClassDeviceNames(after, "flex"); !slices.Equal(got, []string{"node-1/gpu-1-mig-1g5gb-0-0"}) {
+	if got := ClassDeviceNames(after, "flex"); !slices.Equal(got, []string{"node-1/gpu-1-mig-1g5gb-19-0"}) {
 		t.Errorf("after the update: class flex selects %v, want the MIG device", got)
 	}
 	if d := after.Device(DevKey("node-1", "gpu-0")); d == nil || slices.Contains(d.Classes, "flex") {
@@ -160,13 +160,13 @@ func TestClassUpdateRematchesDevices(t *testing.T) {
 	if got := ClassDeviceNames(before, "flex"); !slices.Equal(got, []string{"node-1/gpu-0"}) {
 		t.Errorf("earlier snapshot now says class flex selects %v", got)
 	}
-	if d := before.Device(DevKey("node-1", "gpu-1-mig-1g5gb-0-0")); slices.Contains(d.Classes, "flex") {
+	if d := before.Device(DevKey("node-1", "gpu-1-mig-1g5gb-19-0")); slices.Contains(d.Classes, "flex") {
 		t.Errorf("the MIG device held by an earlier snapshot gained class flex")
 	}
 
 	// An update with the same selectors changes nothing.
 	Upsert(t, ix, DeviceClass("flex", "device.attributes['gpu.nvidia.com'].type == 'mig'"), true)
-	if got := ClassDeviceNames(ix.Snapshot(), "flex"); !slices.Equal(got, []string{"node-1/gpu-1-mig-1g5gb-0-0"}) {
+	if got := ClassDeviceNames(ix.Snapshot(), "flex"); !slices.Equal(got, []string{"node-1/gpu-1-mig-1g5gb-19-0"}) {
 		t.Errorf("after a no-op update: class flex selects %v", got)
 	}
 }
@@ -342,7 +342,7 @@ func TestDeviceAttributeLookup(t *testing.T) {
 // counter set of 40Gi.
 func migPool() *resourceapi.ResourceSlice {
 	full := Consumes(GPUDevice("gpu-0", "GPU-A100"), "gpu-0-counter-set", "40Gi")
-	half0 := Consumes(MIGDevice("gpu-0-mig-3g20gb-0-0", "MIG-0", "GPU-A100", "3g.20gb", "20Gi"), "gpu-0-counter-set", "20Gi")
+	half0 := Consumes(MIGDevice("gpu-0-mig-3g20gb-9-0", "MIG-0", "GPU-A100", "3g.20gb", "20Gi"), "gpu-0-counter-set", "20Gi")
 	half1 := Consumes(MIGDevice("gpu-0-mig-3g20gb-1-4", "MIG-1", "GPU-A100", "3g.20gb", "20Gi"), "gpu-0-counter-set", "20Gi")
 	s := Slice("mig-node", "mig-node", 1, full, half0, half1)
 	s.Spec.SharedCounters = []resourceapi.CounterSet{{
@@ -354,7 +354,7 @@ func migPool() *resourceapi.ResourceSlice {
 
 func TestSharedCountersMIG(t *testing.T) {
 	base := []any{GPUClass(), MIGClass(), migPool()}
-	full, half0, half1 := DevKey("mig-node", "gpu-0"), DevKey("mig-node", "gpu-0-mig-3g20gb-0-0"), DevKey("mig-node", "gpu-0-mig-3g20gb-1-4")
+	full, half0, half1 := DevKey("mig-node", "gpu-0"), DevKey("mig-node", "gpu-0-mig-3g20gb-9-0"), DevKey("mig-node", "gpu-0-mig-3g20gb-1-4")
 
 	t.Run("nothing allocated", func(t *testing.T) {
 		s := Build(t, index.Config{}, base...).Snapshot()

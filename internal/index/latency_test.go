@@ -175,7 +175,7 @@ func TestLatencyAllocation(t *testing.T) {
 		clock.at(ms(100))
 		Upsert(t, ix, c, true)
 		clock.at(ms(600))
-		Upsert(t, ix, Allocated(c, "node-1", T0, Result("gpu/half", "node-1", "gpu-0-mig-3g20gb-0-0")), true)
+		Upsert(t, ix, Allocated(c, "node-1", T0, Result("gpu/half", "node-1", "gpu-0-mig-3g20gb-9-0")), true)
 		sameObservations(t, "allocation", rec.of("allocation"), []observation{{"allocation", MIGClassName, "", ms(500)}})
 	})
 }

@@ -47,7 +47,14 @@ type Config struct {
 	// DevicePluginResources are the device-plugin GPU resources
 	// (--device-plugin.resources).
 	DevicePluginResources dra.Resources
+	// DriverCheckpoint is the NVIDIA DRA driver's checkpoint file
+	// (--nvidia.checkpoint-file); empty: not read.
+	DriverCheckpoint string
 }
+
+// nvidiaDriver is the NVIDIA DRA driver's name, whose devices its
+// checkpoint lists.
+const nvidiaDriver = "gpu.nvidia.com"
 
 // Step is the outcome of one part of a gather, for the scrape self-metrics.
 type Step struct {
@@ -131,16 +138,29 @@ func (a *Agent) Gather(ctx context.Context) (*View, []Step) {
 		steps = append(steps, Step{Name: "procmap", Duration: time.Since(start), OK: lastErr == nil})
 	}
 
+	if a.cfg.DriverCheckpoint != "" {
+		start = time.Now()
+		prepared, err := ReadNVIDIACheckpoint(a.cfg.DriverCheckpoint, nvidiaDriver)
+		a.report("driver-checkpoint", err, "path", a.cfg.DriverCheckpoint)
+		in.DriverPrepared = prepared
+		steps = append(steps, Step{Name: "driver-checkpoint", Duration: time.Since(start), OK: err == nil})
+	}
+
 	start = time.Now()
 	in.Pods = a.cfg.Store.Pods()
 	in.Slices = a.slices.withVanished(a.cfg.Store.Slices(), time.Now())
+	var keys []string
 	if in.Kubelet != nil {
-		var keys []string
 		for _, p := range in.Kubelet.Pods {
 			for _, c := range p.Claims {
 				keys = append(keys, ClaimKey(c.ClaimNamespace, c.ClaimName))
 			}
 		}
+	}
+	for _, pc := range in.DriverPrepared {
+		keys = append(keys, ClaimKey(pc.Namespace, pc.Name))
+	}
+	if in.Kubelet != nil || in.DriverPrepared != nil {
 		a.cfg.Store.Want(keys)
 	}
 	in.Claims = a.cfg.Store.Claims()

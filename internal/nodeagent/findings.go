@@ -118,6 +118,7 @@ func conflicts(in Inputs, api []apiDevice, kubeletDRA, devicePlugin []Holder, by
 			}
 		}
 	}
+	out = append(out, driverPreparedWithoutClaim(in, byUUID)...)
 	dpHeld := map[string]bool{}
 	for _, h := range devicePlugin {
 		dpHeld[h.GPUUUID] = true
@@ -156,4 +157,38 @@ func claimAllocates(c *resourceapi.ResourceClaim, ref DeviceRef) bool {
 		}
 	}
 	return false
+}
+
+// driverPreparedWithoutClaim lists the devices the driver's checkpoint holds
+// prepared for a claim the API server no longer has (or has under another
+// UID) and the kubelet does not report: nothing will unprepare them.
+func driverPreparedWithoutClaim(in Inputs, byUUID map[string]*sliceDevice) []Conflict {
+	if len(in.DriverPrepared) == 0 {
+		return nil
+	}
+	reported := map[string]bool{}
+	if in.Kubelet != nil {
+		for _, kp := range in.Kubelet.Pods {
+			for _, c := range kp.Claims {
+				reported[ClaimKey(c.ClaimNamespace, c.ClaimName)] = true
+			}
+		}
+	}
+	var out []Conflict
+	for _, pc := range in.DriverPrepared {
+		key := ClaimKey(pc.Namespace, pc.Name)
+		if c := in.Claims[key]; (c != nil && string(c.UID) == pc.UID) || reported[key] {
+			continue
+		}
+		for _, ref := range pc.Devices {
+			uuid := ""
+			for u, d := range byUUID {
+				if d.DeviceRef == ref {
+					uuid = u
+				}
+			}
+			out = append(out, Conflict{Namespace: pc.Namespace, Claim: pc.Name, DeviceRef: ref, GPUUUID: uuid, Reason: ReasonDriverPreparedWithoutClaim})
+		}
+	}
+	return out
 }

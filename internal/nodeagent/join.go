@@ -42,6 +42,9 @@ type Inputs struct {
 	// DevicePluginResources are the kubelet's device-plugin resources
 	// that are GPUs (--device-plugin.resources, as the exporter reads it).
 	DevicePluginResources dra.Resources
+	// DriverPrepared are the claims the driver's kubelet plugin holds
+	// prepared, from its checkpoint; nil when it is not read.
+	DriverPrepared []PreparedClaim
 }
 
 // ClaimKey is the key of Inputs.Claims.

@@ -185,12 +185,12 @@ func TestJoinDevicePluginIDForms(t *testing.T) {
 func TestJoinSameProfileDynamicMIG(t *testing.T) {
 	const migX, migY = "MIG-xxxxxxxx-0000-4000-8000-000000000000", "MIG-yyyyyyyy-0000-4000-8000-000000000000"
 	p1, p2 := pod("infer-1"), pod("infer-2")
-	c1, c2 := allocated("infer-1-gpu", p1, "gpu-1-mig-19-0-1"), allocated("infer-2-gpu", p2, "gpu-1-mig-19-2-1")
+	c1, c2 := allocated("infer-1-gpu", p1, nvidia.MIGName(1, "1g.10gb", 19, 0)), allocated("infer-2-gpu", p2, nvidia.MIGName(1, "1g.10gb", 19, 2))
 	in := inputs(p1, p2, c1, c2)
 	var tr objects.Trimmer
 	var devs []resourceapi.Device
 	for _, start := range []int{0, 1, 2} {
-		devs = append(devs, nvidia.MIGDevice(fmt.Sprintf("gpu-1-mig-19-%d-1", start), "", gpuB, "1g.10gb", "NVIDIA H100 80GB HBM3", "10Gi"))
+		devs = append(devs, nvidia.MIGDevice(nvidia.MIGName(1, "1g.10gb", 19, start), "", gpuB, "1g.10gb", "NVIDIA H100 80GB HBM3", "10Gi"))
 	}
 	in.Slices = append(in.Slices, tr.Trim(nvidia.Slice(node+"-mig", node, 1, devs...)).(*objects.Slice))
 	in.GPU.Entities = append(in.GPU.Entities,
@@ -211,7 +211,7 @@ func TestJoinSameProfileDynamicMIG(t *testing.T) {
 	if len(v.Violations) != 0 {
 		t.Errorf("violations %+v, want none: each pod runs on the instance of its claim", v.Violations)
 	}
-	for uuid, want := range map[string]string{migX: "gpu-1-mig-19-2-1", migY: "gpu-1-mig-19-0-1"} {
+	for uuid, want := range map[string]string{migX: nvidia.MIGName(1, "1g.10gb", 19, 2), migY: nvidia.MIGName(1, "1g.10gb", 19, 0)} {
 		for _, g := range v.GPUs {
 			if g.UUID == uuid && (g.Lane != LaneDRA || g.Device != want) {
 				t.Errorf("%s: lane %q device %q, want dra %s", uuid, g.Lane, g.Device, want)

@@ -29,10 +29,16 @@ const (
 	ReasonPreparedWithoutClaim = "prepared_without_claim"
 	// ReasonBothLanes: a GPU held through the device plugin and DRA at once.
 	ReasonBothLanes = "both_lanes"
+	// ReasonDriverPreparedWithoutClaim: the driver's kubelet plugin holds a
+	// device prepared (its checkpoint) for a claim that no longer exists
+	// and that the kubelet does not report: a claim deleted while the
+	// plugin was down, never unprepared (dra-driver-nvidia-gpu#1278). The
+	// plugin refuses the device to every other claim.
+	ReasonDriverPreparedWithoutClaim = "driver_prepared_without_claim"
 )
 
 // ConflictReasons lists every conflict reason.
-var ConflictReasons = []string{ReasonNotPrepared, ReasonPreparedWithoutClaim, ReasonBothLanes}
+var ConflictReasons = []string{ReasonNotPrepared, ReasonPreparedWithoutClaim, ReasonBothLanes, ReasonDriverPreparedWithoutClaim}
 
 // Lanes lists every lane value of the agent's series.
 var Lanes = []string{LaneDRA, LaneDRAExtended, LaneDevicePlugin, LaneUnallocated}

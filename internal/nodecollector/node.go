@@ -96,7 +96,7 @@ var (
 		"A pod with a process on a GPU it holds in neither lane (neither the kubelet nor a claim allocation gives it this GPU). Always 1.",
 		"node", "gpu_uuid", "namespace", "pod", "pod_uid")
 	nodeClaimConflict = family.NewSplit("dra_node_claim_conflict", family.TypeGauge,
-		"The kubelet and the API server disagree about a device of this node, or a GPU is held in both lanes."+docSep+"reason not_prepared (a running container's claim the kubelet does not report; claims only init containers use are left out), prepared_without_claim or both_lanes. Always 1.",
+		"The kubelet and the API server disagree about a device of this node, or a GPU is held in both lanes."+docSep+"reason not_prepared (a running container's claim the kubelet does not report; claims only init containers use are left out), prepared_without_claim, both_lanes, or driver_prepared_without_claim (the NVIDIA driver's checkpoint, --nvidia.checkpoint-file, holds the device prepared for a claim the API server no longer has and the kubelet does not report: never unprepared, dra-driver-nvidia-gpu#1278; pod is empty). Always 1.",
 		"node", "namespace", "claim", "pod", "pod_uid", "driver", "pool", "device", "gpu_uuid", "reason")
 	gpuSourceUp = family.NewSplit("dra_gpu_source_up", family.TypeGauge,
 		"Whether the GPU source answered the last scrape (1) or not (0)."+docSep+"source names the one serving (dcgm, nvml, recorded), or the configured one (auto, dcgm, nvml, none) while none does. With --gpu.source=auto DCGM serves where it starts (profiling needs it), NVML (part of the driver) where it does not. While it is 0 the GPU telemetry families are absent, the agent reconnects with backoff, and the claim and kubelet families are still served.",
@@ -114,7 +114,7 @@ var (
 	hostProcsVisible = family.NewSplit("dra_node_host_processes_visible", family.TypeGauge,
 		"Whether the host's processes are visible under --proc-root (1) or not (0)."+docSep+"1 only in the host's PID namespace (hostPID: the kernel's kthreadd is PID 2 there), where NVML's process IDs resolve; without it the driver lists none of the pods' GPU processes (it answers only those of the caller's PID namespace): no per-pod memory, no isolation check.")
 	nodeScrapeDuration = family.NewSplit("dra_node_scrape_collector_duration_seconds", family.TypeGauge,
-		"Time a part of the node agent's scrape took (gpu, podresources, procmap, join), in seconds.", "collector").Liveness()
+		"Time a part of the node agent's scrape took (gpu, podresources, procmap, driver-checkpoint, join), in seconds.", "collector").Liveness()
 	nodeScrapeSuccess = family.NewSplit("dra_node_scrape_collector_success", family.TypeGauge,
 		"Whether a part of the node agent's scrape succeeded (1) or failed (0).", "collector").Liveness()
 )

@@ -103,7 +103,7 @@ func migNode(tb testing.TB, dir string) *staticStore {
 	devices := []resourceapi.Device{nvidia.WithMinor(nvidia.GPUDevice(nvidia.DeviceName(0), parent, "NVIDIA H100 80GB HBM3"), 0)}
 	for i := range 7 {
 		uuid := fmt.Sprintf("MIG-7a1b2c3d-0000-4000-8000-%012d", i)
-		name := fmt.Sprintf("gpu-0-mig-1g10gb-%d", i)
+		name := nvidia.MIGName(0, "1g.10gb", nvidia.ProfileID(nvidia.H100, "1g.10gb"), i)
 		devices = append(devices, nvidia.MIGDevice(name, uuid, parent, "1g.10gb", "NVIDIA H100 80GB HBM3", "9984Mi"))
 		pid := 6000 + i
 		holder(tb, dir, store, &kubelet, i, name, pid)

@@ -157,10 +157,14 @@ func agentWith(t testing.TB, dir string, store *staticStore) *node {
 		t.Fatalf("%s: a scenario needs fake.json or gpu.json", dir)
 	}
 	t.Cleanup(func() { _ = src.Close() })
-	n.agent = nodeagent.New(nodeagent.Config{
+	cfg := nodeagent.Config{
 		Node: "gpu-node-1", Store: store, Kubelet: client, GPU: src,
 		Proc: &procmap.Mapper{Root: filepath.Join(dir, "proc")}, DevicePluginResources: dra.Resources{"nvidia.com/gpu"},
-	})
+	}
+	if cp := filepath.Join(dir, "checkpoint.json"); exists(cp) {
+		cfg.DriverCheckpoint = cp // the NVIDIA driver's, --nvidia.checkpoint-file
+	}
+	n.agent = nodeagent.New(cfg)
 	return n
 }
 

@@ -2,8 +2,14 @@
 // shape (kubernetes-sigs/dra-driver-nvidia-gpu) that the test fixtures, the
 // simulated nodes of the e2e harness and demo, the benchmark generator and
 // the fuzz target build on: driver gpu.nvidia.com, one pool per node named
-// after the node, devices gpu-<minor> with the attributes the driver
-// publishes, and the DeviceClasses its Helm chart installs.
+// after the node, devices gpu-<minor> and
+// gpu-<parentMinor>-mig-<profile>-<profileID>-<placementStart> with the
+// attributes the driver publishes, its health taints, and the DeviceClasses
+// its Helm chart installs.
+//
+// Read from the driver's source, kubernetes-sigs/dra-driver-nvidia-gpu at
+// 9593204 (August 2026; NVIDIA/k8s-dra-driver-gpu before the move), files
+// under cmd/gpu-kubelet-plugin/; the line numbers cited are that commit's.
 //
 // It is a leaf: nothing in the exporter depends on it, which reads any
 // driver's slices.
@@ -39,8 +45,12 @@ const (
 	L4   = "NVIDIA L4"
 )
 
-// DriverVersion is the NVIDIA driver version the fixtures publish.
-const DriverVersion = "580.65.6"
+// DriverVersion is the NVIDIA driver version the fixtures publish, and
+// CUDADriverVersion the CUDA version that driver supports.
+const (
+	DriverVersion     = "580.65.6"
+	CUDADriverVersion = "13.0.0"
+)
 
 type product struct {
 	memory, architecture, cc string
@@ -95,12 +105,13 @@ func str(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttrib
 func version(s string) resourceapi.DeviceAttribute {
 	return resourceapi.DeviceAttribute{VersionValue: &s}
 }
-func integer(i int64) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{IntValue: &i} }
 
-// GPUDevice is a full GPU as the driver publishes it: type gpu, uuid,
-// productName, brand, architecture, CUDA compute capability and driver
-// version, and its memory as capacity (by product; an unknown product gets
-// an H100's).
+// GPUDevice is a full GPU as the driver publishes it (GpuInfo.Attributes,
+// deviceinfo.go:170-218): type gpu, uuid, productName, brand, architecture,
+// cudaComputeCapability, driverVersion and cudaDriverVersion, and its memory
+// as capacity (by product; an unknown product gets an H100's). The driver
+// publishes no index or minor attribute since v25.12.0 (NVIDIA commits
+// 36fc80ab and 50d90da0): a GPU's minor number is in its name only.
 func GPUDevice(name, uuid, productName string) resourceapi.Device {
 	return device(name, "gpu", uuid, productName, productOf(productName).memory)
 }
@@ -118,6 +129,7 @@ func device(name, typ, uuid, productName, memory string) resourceapi.Device {
 			"architecture":          str(p.architecture),
 			"cudaComputeCapability": version(p.cc),
 			"driverVersion":         version(DriverVersion),
+			"cudaDriverVersion":     version(CUDADriverVersion),
 		},
 		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
 			"memory": {Value: resource.MustParse(memory)},
@@ -125,20 +137,68 @@ func device(name, typ, uuid, productName, memory string) resourceapi.Device {
 	}
 }
 
-// WithMinor adds what the driver publishes from a GPU's minor number: index,
-// minor and the PCI bus ID.
+// PCIBusIDAttribute is the standard attribute the driver publishes a GPU's
+// PCI address under (k8s.io/dynamic-resource-allocation/deviceattribute,
+// set from GetPCIBusIDAttribute in nvlib.go:547), on the GPU and on each of
+// its MIG devices (mig.go:176-178).
+const PCIBusIDAttribute = "resource.kubernetes.io/pciBusID"
+
+// WithMinor adds what a host gives a GPU beside its minor number: its PCI
+// bus ID. (The name carries the minor: DeviceName.)
 func WithMinor(d resourceapi.Device, minor int) resourceapi.Device {
-	d.Attributes["index"] = integer(int64(minor))
-	d.Attributes["minor"] = integer(int64(minor))
-	d.Attributes["resource.kubernetes.io/pciBusID"] = str(fmt.Sprintf("0000:%02x:00.0", 0x1b+minor))
+	d.Attributes[PCIBusIDAttribute] = str(PCIBusID(minor))
 	return d
 }
 
-// DeviceName is the driver's name of the GPU with this minor number.
+// PCIBusID is the PCI address the fixtures give the GPU with this minor.
+func PCIBusID(minor int) string { return fmt.Sprintf("0000:%02x:00.0", 0x1b+minor) }
+
+// DeviceName is the driver's name of the GPU with this minor number
+// (GpuInfo.CanonicalName, deviceinfo.go:124-126).
 func DeviceName(minor int) string { return fmt.Sprintf("gpu-%d", minor) }
 
-// MIGDevice is a MIG instance: type mig, its own uuid, the parent GPU's
-// parentUUID, the profile and the instance's memory.
+// MIGName is the driver's name of a MIG device (MigSpecTuple.ToCanonicalName,
+// mig.go:111-114): the parent's minor, the profile without dots and made
+// RFC 1123 compliant (toRFC1123Compliant, mig.go:249-262: lower case, any
+// other character than a-z, 0-9, '-' and '.' becomes '-', so 1g.10gb+me is
+// 1g10gb-me), the GPU instance profile ID and the placement's start memory
+// slice. The same name for a static MIG device and a partitionable
+// placement.
+func MIGName(parentMinor int, profile string, profileID, placementStart int) string {
+	p := strings.ToLower(strings.ReplaceAll(profile, ".", ""))
+	p = strings.Trim(strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '.' {
+			return r
+		}
+		return '-'
+	}, p), "-")
+	return fmt.Sprintf("gpu-%d-mig-%s-%d-%d", parentMinor, p, profileID, placementStart)
+}
+
+// ProfileIDs are the GPU instance profile IDs NVML gives each MIG profile
+// (nvmlGpuInstanceProfileInfo_t.id, what `nvidia-smi mig -lgip` lists as
+// ID), per product; the driver puts the ID in the device name
+// (MigSpec.Tuple, mig.go:93-100). The ID follows the profile's shape, so
+// 1g.10gb is 15 on an A100-40GB (two memory slices) and 19 on an H100.
+var ProfileIDs = map[string]map[string]int{
+	A100: {"1g.5gb": 19, "1g.5gb+me": 20, "1g.10gb": 15, "2g.10gb": 14, "3g.20gb": 9, "4g.20gb": 5, "7g.40gb": 0},
+	H100: {"1g.10gb": 19, "1g.10gb+me": 20, "1g.20gb": 15, "2g.20gb": 14, "3g.40gb": 9, "4g.40gb": 5, "7g.80gb": 0},
+}
+
+// ProfileID is the GPU instance profile ID of a product's MIG profile; it
+// panics on a pair the fixtures do not know, a bug in a test.
+func ProfileID(productName, profile string) int {
+	id, ok := ProfileIDs[productName][profile]
+	if !ok {
+		panic(fmt.Sprintf("nvidia: no GPU instance profile ID for %s on %s", profile, productName))
+	}
+	return id
+}
+
+// MIGDevice is a MIG instance (MigDeviceInfo.GetDevice, deviceinfo.go:258-281,
+// and CommonAttributesMig, mig.go:139-187): type mig, its own uuid, the
+// parent GPU's parentUUID, the profile and the parent's product attributes,
+// and the instance's memory.
 func MIGDevice(name, uuid, parentUUID, profile, productName, memory string) resourceapi.Device {
 	d := device(name, "mig", uuid, productName, memory)
 	d.Attributes["parentUUID"] = str(parentUUID)
@@ -164,31 +224,34 @@ func Slice(name, node string, generation int64, devices ...resourceapi.Device) *
 // Placement is a MIG placement of a partitionable GPU (KEP-4815): a
 // profile at a start memory slice, covering size memory slices.
 type Placement struct {
-	Profile string // "3g.20gb"
-	Start   int
-	Size    int
-	Memory  string
+	Profile   string // "3g.20gb"
+	ProfileID int    // the GPU instance profile ID, ProfileIDs
+	Start     int
+	Size      int
+	Memory    string
 }
 
 // A100Placements are a few of an A100-40GB's placements, chosen to
 // overlap: 4g.20gb and the first 3g.20gb take memory slices 0-3, the
 // second 3g.20gb slices 4-7, and 1g.5gb slice 6.
 var A100Placements = []Placement{
-	{Profile: "4g.20gb", Start: 0, Size: 4, Memory: "20Gi"},
-	{Profile: "3g.20gb", Start: 0, Size: 4, Memory: "20Gi"},
-	{Profile: "3g.20gb", Start: 4, Size: 4, Memory: "20Gi"},
-	{Profile: "1g.5gb", Start: 6, Size: 1, Memory: "5Gi"},
+	{Profile: "4g.20gb", ProfileID: 5, Start: 0, Size: 4, Memory: "20Gi"},
+	{Profile: "3g.20gb", ProfileID: 9, Start: 0, Size: 4, Memory: "20Gi"},
+	{Profile: "3g.20gb", ProfileID: 9, Start: 4, Size: 4, Memory: "20Gi"},
+	{Profile: "1g.5gb", ProfileID: 19, Start: 6, Size: 1, Memory: "5Gi"},
 }
 
 // memorySlices is how many memory slices an A100 has.
 const memorySlices = 8
 
-// CounterSetName is the counter set of the GPU with this minor number.
+// CounterSetName is the counter set of the GPU with this minor number
+// (GpuInfo.GetSharedCounterSetName, partitions.go:62-64); its memory slices
+// are counters memory-slice-<i> (memsliceCounterName, partitions.go:251-253).
 func CounterSetName(minor int) string { return fmt.Sprintf("gpu-%d-counter-set", minor) }
 
 // PlacementName is the driver's name of a placement of a GPU.
 func PlacementName(minor int, p Placement) string {
-	return fmt.Sprintf("gpu-%d-mig-%s-%d-%d", minor, strings.ReplaceAll(p.Profile, ".", ""), p.Size, p.Start)
+	return MIGName(minor, p.Profile, p.ProfileID, p.Start)
 }
 
 // PartitionableSlices are the two slices a node of partitionable A100s

@@ -10,6 +10,7 @@
 package vocab
 
 import (
+	"regexp"
 	"strings"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -147,4 +148,22 @@ func IsExtendedResource(name string) bool {
 // alone does not.
 func AllocationFailure(message string) bool {
 	return strings.Contains(strings.ToLower(message), "claim")
+}
+
+// heldForOtherClaim is the NVIDIA DRA driver's refusal to prepare a device
+// that it holds prepared for another claim (cmd/gpu-kubelet-plugin
+// device_state.go:1526 of kubernetes-sigs/dra-driver-nvidia-gpu 9593204:
+// "requested device %s is already allocated to different claim %s", the
+// other claim's UID), as the kubelet passes it on in
+// FailedPrepareDynamicResources.
+var heldForOtherClaim = regexp.MustCompile(`requested device (\S+) is already allocated to different claim ([0-9a-fA-F-]{36})`)
+
+// HeldForOtherClaim returns the device and the UID of the claim a driver
+// says it holds the device prepared for; ok is false for any other message.
+func HeldForOtherClaim(message string) (device, claimUID string, ok bool) {
+	m := heldForOtherClaim.FindStringSubmatch(message)
+	if m == nil {
+		return "", "", false
+	}
+	return m[1], m[2], true
 }

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/dra-exporter/dra-exporter/internal/nvidia"
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 )
 
@@ -28,7 +29,7 @@ func TestDeviceHealthAndTaintRules(t *testing.T) {
 
 	rule := &resourceapi.DeviceTaintRule{ObjectMeta: metav1.ObjectMeta{Name: ns + "-maintenance"}, Spec: resourceapi.DeviceTaintRuleSpec{
 		DeviceSelector: &resourceapi.DeviceTaintSelector{Driver: &r.Driver, Pool: &r.Pool, Device: &r.Device},
-		Taint:          resourceapi.DeviceTaint{Key: "gpu.nvidia.com/xid", Value: "79", Effect: resourceapi.DeviceTaintEffectNoSchedule},
+		Taint:          nvidia.XIDTaint(79), // the driver's own taint for a fatal XID, here from a rule
 	}}
 	if _, err := env.cp.Client.ResourceV1().DeviceTaintRules().Create(ctx, rule, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
