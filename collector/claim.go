@@ -44,29 +44,16 @@ func (claimCollector) Defs() []*family.Def {
 	return []*family.Def{claimInfo, claimStatus, claimAllocation, claimReservedFor}
 }
 
-func (c claimCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
-	engine.UpdateRows(c, s, e)
+func (c claimCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitter) error {
+	engine.UpdateRows(c, s, now, e)
 	return nil
 }
 
-// EachRow: a claim's series read the claim (the row's key: an update
-// makes a new record) and the devices it was allocated (their node and GPU
-// UUID).
-func (claimCollector) InputKinds() index.Kinds { return index.DeviceKinds }
-
-func (claimCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
-	var inputs []any
+// EachRow: a row per claim, which reads the devices it was allocated
+// (their node and GPU UUID: FanOut).
+func (claimCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
 	for _, c := range s.Claims {
-		if rows.Kept(c) {
-			continue
-		}
-		inputs = inputs[:0]
-		for _, r := range c.Results {
-			if d := s.Device(r.Device); d != nil {
-				inputs = append(inputs, d)
-			}
-		}
-		e := rows.Visit(c, inputs)
+		e := rows.Row(c)
 		if e == nil {
 			continue
 		}

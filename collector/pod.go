@@ -60,28 +60,24 @@ func (c *podCollector) Defs() []*family.Def {
 	return []*family.Def{podInfo, c.labels}
 }
 
-func (c *podCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
-	engine.UpdateRows(c, s, e)
+func (c *podCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitter) error {
+	engine.UpdateRows(c, s, now, e)
 	return nil
 }
 
-// EachRow: a pod's series read the pod (the row's key: an update makes a
-// new record) and its lane (which the classes decide for extended
-// resources).
-func (*podCollector) InputKinds() index.Kinds { return index.KindsOf(index.KindClass) }
-
-func (c *podCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
-	var inputs []any
+// EachRow: a row per pod that has not finished (empty for a pod of no
+// lane), which reads its lane: the classes serving its extended resources (FanOut).
+func (c *podCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
 	for _, p := range s.Pods {
-		if rows.Kept(p) {
+		if p.Terminal() {
+			continue
+		}
+		e := rows.Row(p)
+		if e == nil {
 			continue
 		}
 		lane := s.PodLane(p)
-		if lane == "" || p.Terminal() {
-			continue
-		}
-		e := rows.Visit(p, append(inputs[:0], lane))
-		if e == nil {
+		if lane == "" {
 			continue
 		}
 		ns, name, uid := p.Key.Namespace, p.Key.Name, string(p.UID)

@@ -8,10 +8,13 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
-// Memo keeps, between calls, what the verdict families read of each pod:
-// its verdict (Blocked) and its gate (APIGate, or NegativeControl for a
-// control), so that the next call evaluates again only the pods whose
-// inputs changed. One entry per pod holds both. Both read the pod itself
+// Memo is the one memo of the verdict families: it keeps, between calls,
+// what they read of the snapshot, so that the next call evaluates again
+// only what changed. The snapshot-wide answers (leaks, double allocations,
+// capacity per class and per lane) are kept while the world (below) is the
+// same (memoworld.go). Per pod it keeps its verdict (Blocked) and its gate
+// (APIGate, or NegativeControl for a control), evaluated again only for
+// the pods whose inputs changed. One entry per pod holds both. Both read the pod itself
 // and the events about it, compared record by record (a changed object is a
 // new record): a readiness flip or a new event evaluates the one pod again,
 // its verdict and its gate. The rest they read differently, so each keeps
@@ -56,6 +59,11 @@ type Memo struct {
 	lastMu      sync.Mutex
 	last        []*Verdict
 	lastVersion index.Version
+
+	// The snapshot-wide answers (memoworld.go).
+	leaks                       wide[[]Leak]
+	conflicts                   wide[[]Conflict]
+	classCapacity, laneCapacity wide[[]index.Capacity]
 }
 
 // NewMemo returns a memo whose negative controls are the pods isControl
@@ -88,8 +96,10 @@ type PodGate struct {
 	Control *ControlResult
 }
 
-// world are the kinds every verdict reads: all but a pod's, its claims' and
-// its events' own records, which are compared one by one.
+// world are the kinds every verdict and every snapshot-wide answer reads:
+// all but a pod's, its claims' and its events' own records (a verdict
+// compares its pod's one by one; the snapshot-wide answers read of them
+// only their placement, index.KindPlacement).
 const world = index.AllKinds &^ (1<<index.KindClaim | 1<<index.KindPod | 1<<index.KindEvent)
 
 // gateWorld are the kinds a gate reads beyond its pod's own records.
