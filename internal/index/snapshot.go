@@ -65,6 +65,36 @@ type Snapshot struct {
 
 	dpOnce sync.Once
 	dpUsed map[nodeResource]int64
+
+	// trace, when set, is called with each record a lookup hands out
+	// (TraceReads).
+	trace func(record any)
+}
+
+// TraceReads makes the snapshot call read with every record its lookups
+// hand out (Class, Device, Claim, Pod, Node, ClassDevices,
+// ResolvePodClaims, ClassForExtendedResource, PodEvents, AllocatedTo and
+// the claims RemainingCapacity reads), nil to stop: for the tests that
+// hold what a row reads to what the fan-out table declares. Only for a
+// snapshot no one else reads (SnapshotFromScratch's).
+func (s *Snapshot) TraceReads(read func(record any)) { s.trace = read }
+
+// traced hands r to the trace, if any, and returns it.
+func traced[R any](s *Snapshot, r *R) *R {
+	if s.trace != nil && r != nil {
+		s.trace(r)
+	}
+	return r
+}
+
+// tracedAll hands each of rs to the trace, if any, and returns them.
+func tracedAll[R any](s *Snapshot, rs []*R) []*R {
+	if s.trace != nil {
+		for _, r := range rs {
+			s.trace(r)
+		}
+	}
+	return rs
 }
 
 type deviceUsage struct {
@@ -447,26 +477,32 @@ func (s *Snapshot) buildEvents() {
 func (s *Snapshot) Owns(namespace string) bool { return s.shard.Owns(namespace) }
 
 // Class returns a class by name.
-func (s *Snapshot) Class(name string) *Class { return s.classByName[name] }
+func (s *Snapshot) Class(name string) *Class { return traced(s, s.classByName[name]) }
 
 // Device returns a device by key.
-func (s *Snapshot) Device(k DeviceKey) *Device { return s.deviceByKey[k] }
+func (s *Snapshot) Device(k DeviceKey) *Device { return traced(s, s.deviceByKey[k]) }
 
 // Claim returns a claim by key.
-func (s *Snapshot) Claim(k Key) *Claim { return s.claimsByKey[k] }
+func (s *Snapshot) Claim(k Key) *Claim { return traced(s, s.claimsByKey[k]) }
 
 // Pod returns a pod by key.
-func (s *Snapshot) Pod(k Key) *Pod { return s.podsByKey[k] }
+func (s *Snapshot) Pod(k Key) *Pod { return traced(s, s.podsByKey[k]) }
 
 // Node returns a node by name.
-func (s *Snapshot) Node(name string) *Node { return s.nodesByName[name] }
+func (s *Snapshot) Node(name string) *Node { return traced(s, s.nodesByName[name]) }
 
 // ClassDevices returns the devices a class selects.
-func (s *Snapshot) ClassDevices(class string) []*Device { return s.classDevices[class] }
+func (s *Snapshot) ClassDevices(class string) []*Device { return tracedAll(s, s.classDevices[class]) }
 
 // ResolvePodClaims returns the claims a pod depends on (see PodClaim).
 func (s *Snapshot) ResolvePodClaims(p *Pod) []PodClaim {
-	return resolvePodClaims((*snapshotClaims)(s), p)
+	out := resolvePodClaims((*snapshotClaims)(s), p)
+	if s.trace != nil {
+		for _, pc := range out {
+			traced(s, pc.Claim)
+		}
+	}
+	return out
 }
 
 func (s *Snapshot) claimByKey(k Key) *Claim { return s.claimsByKey[k] }
@@ -488,7 +524,7 @@ func (s *Snapshot) IsDevicePluginResource(name string) bool {
 
 // ClassForExtendedResource returns the class serving an extended resource.
 func (s *Snapshot) ClassForExtendedResource(name string) *Class {
-	return classForExtendedResource(s.classByName, name)
+	return traced(s, classForExtendedResource(s.classByName, name))
 }
 
 // PodEvents returns the events about a pod, newest first. Events recorded
@@ -506,7 +542,7 @@ func (s *Snapshot) PodEvents(p *Pod) []*Event {
 		}
 		return strings.Compare(a.Key.String(), b.Key.String())
 	})
-	return out
+	return tracedAll(s, out)
 }
 
 // PodEventRecords returns the events held under the pod's name, as the
