@@ -13,7 +13,6 @@ import (
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
-	"github.com/dra-exporter/dra-exporter/internal/offline"
 )
 
 // linkRewrite is a change of an object that another object's row reads
@@ -81,7 +80,6 @@ func linkRewrites(obj any) []linkRewrite {
 
 func ptrTo[T any](v T) *T { return &v }
 
-
 // familyLines returns the series lines of one family in an exposition.
 func familyLines(text []byte, family string) []byte {
 	var out []byte
@@ -101,22 +99,10 @@ func familyLines(text []byte, family string) []byte {
 // while each row renders. Left without its entry, the claim collector's
 // reads of its devices are found (the check can fail).
 func TestRowsReadOnlyTheirLinks(t *testing.T) {
-	now, _ := time.Parse(time.RFC3339, goldenNow)
-	clock := func() time.Time { return now }
 	unlinkedClaimReads := 0
 	for _, dir := range scenarios(t) {
-		cfg, err := defaultConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ix, _, err := offline.Build([]string{filepath.Join(dir, "objects.yaml")}, cfg.trimmer(), cfg.indexConfig(clock, nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		collectors, err := cfg.collectors()
-		if err != nil {
-			t.Fatal(err)
-		}
+		ix, collectors, clock := scenarioIndex(t, dir)
+		now := clock()
 		for _, c := range collectors {
 			rc, ok := c.(engine.RowCollector)
 			if !ok {
