@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,5 +188,33 @@ func TestFanOutEntriesNamedOnce(t *testing.T) {
 				t.Errorf("collector %s: fan-out entry %q lacks its records or their kinds", c, l.Name)
 			}
 		}
+	}
+}
+
+// docs/architecture.md's table of the fan-out entries names each of
+// collector.FanOut's, with its collector, and no other.
+func TestArchitectureNamesTheFanOut(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{} // entry -> collector, from the table
+	for _, l := range strings.Split(string(doc), "\n") {
+		cells := strings.Split(l, "|")
+		if len(cells) == 5 && strings.HasPrefix(strings.TrimSpace(cells[1]), "`") && strings.Contains(l, "| the ") {
+			rows[strings.TrimSpace(cells[2])] = strings.Trim(strings.TrimSpace(cells[1]), "`")
+		}
+	}
+	n := 0
+	for c, links := range collector.FanOut {
+		for _, l := range links {
+			n++
+			if rows[l.Name] != c {
+				t.Errorf("docs/architecture.md's fan-out table lacks %q of collector %s", l.Name, c)
+			}
+		}
+	}
+	if len(rows) != n {
+		t.Errorf("docs/architecture.md's fan-out table has %d entries, collector.FanOut %d", len(rows), n)
 	}
 }
