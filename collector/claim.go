@@ -51,50 +51,61 @@ func (c claimCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitt
 
 // EachRow: a row per claim, which reads the devices it was allocated
 // (their node and GPU UUID: FanOut).
-func (claimCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
-	for _, c := range s.Claims {
-		e := rows.Row(c)
-		if e == nil {
-			continue
-		}
-		ns, name := c.Key.Namespace, c.Key.Name
-		lane, pod, podUID := index.LaneDRA, "", ""
-		if c.Extended {
-			lane = index.LaneDRAExtended
-		}
-		if c.OwnerPod != nil {
-			pod, podUID = c.OwnerPod.Name, string(c.OwnerPod.UID)
-		}
-		e.Gauge(claimInfo, 1, ns, name, lane, pod, podUID)
+func (c claimCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
+	for _, cl := range s.Claims {
+		c.row(s, cl, rows)
+	}
+}
 
-		state := claimUnallocated
-		switch {
-		case c.Allocated() && len(c.Obj.Status.ReservedFor) > 0:
-			state = claimReserved
-		case c.Allocated():
-			state = claimAllocated
+// RowsOf (engine.Partial) is EachRow over some claims.
+func (c claimCollector) RowsOf(s *index.Snapshot, _ time.Time, objs []any, rows *engine.Rows) {
+	for _, o := range objs {
+		c.row(s, o.(*index.Claim), rows)
+	}
+}
+
+func (claimCollector) row(s *index.Snapshot, c *index.Claim, rows *engine.Rows) {
+	e := rows.Row(c)
+	if e == nil {
+		return
+	}
+	ns, name := c.Key.Namespace, c.Key.Name
+	lane, pod, podUID := index.LaneDRA, "", ""
+	if c.Extended {
+		lane = index.LaneDRAExtended
+	}
+	if c.OwnerPod != nil {
+		pod, podUID = c.OwnerPod.Name, string(c.OwnerPod.UID)
+	}
+	e.Gauge(claimInfo, 1, ns, name, lane, pod, podUID)
+
+	state := claimUnallocated
+	switch {
+	case c.Allocated() && len(c.Obj.Status.ReservedFor) > 0:
+		state = claimReserved
+	case c.Allocated():
+		state = claimAllocated
+	}
+	for _, st := range []string{claimUnallocated, claimAllocated, claimReserved} {
+		e.Gauge(claimStatus, family.BoolFloat(st == state), ns, name, st)
+	}
+	for _, r := range c.Results {
+		if r.AdminAccess {
+			continue // monitoring access: the device stays with its holder
 		}
-		for _, st := range []string{claimUnallocated, claimAllocated, claimReserved} {
-			e.Gauge(claimStatus, family.BoolFloat(st == state), ns, name, st)
-		}
-		for _, r := range c.Results {
-			if r.AdminAccess {
-				continue // monitoring access: the device stays with its holder
+		node, uuid := c.Node, ""
+		if d := s.Device(r.Device); d != nil {
+			uuid = d.GPUUUID
+			if node == "" {
+				node = d.Node
 			}
-			node, uuid := c.Node, ""
-			if d := s.Device(r.Device); d != nil {
-				uuid = d.GPUUUID
-				if node == "" {
-					node = d.Node
-				}
-			}
-			e.UniqueGauge(claimAllocation, 1, ns, name, r.Request, r.Class, r.Device.Driver, r.Device.Pool, r.Device.Device, node, uuid)
 		}
-		for _, r := range c.Obj.Status.ReservedFor {
-			if r.APIGroup != "" || r.Resource != "pods" {
-				continue // a PodGroup or another consumer: not a pod
-			}
-			e.UniqueGauge(claimReservedFor, 1, ns, name, r.Name, string(r.UID))
+		e.UniqueGauge(claimAllocation, 1, ns, name, r.Request, r.Class, r.Device.Driver, r.Device.Pool, r.Device.Device, node, uuid)
+	}
+	for _, r := range c.Obj.Status.ReservedFor {
+		if r.APIGroup != "" || r.Resource != "pods" {
+			continue // a PodGroup or another consumer: not a pod
 		}
+		e.UniqueGauge(claimReservedFor, 1, ns, name, r.Name, string(r.UID))
 	}
 }

@@ -139,6 +139,10 @@ var (
 
 	_ engine.ClockBound = leakCollector{}
 
+	_ engine.Partial = claimCollector{}
+	_ engine.Partial = (*podCollector)(nil)
+	_ engine.Partial = heldCollector{}
+
 	_ engine.Linked = claimCollector{}
 	_ engine.Linked = (*deviceCollector)(nil)
 	_ engine.Linked = (*podCollector)(nil)

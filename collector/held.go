@@ -37,12 +37,23 @@ func (c heldCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitte
 // taint, which reads its claims and their devices (FanOut).
 func (heldCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
 	for _, p := range s.Pods {
-		if !heldMayShow(s, p) {
-			continue
-		}
-		if e := rows.Row(p); e != nil {
-			emitHeld(s, p, e)
-		}
+		heldRow(s, p, rows)
+	}
+}
+
+// RowsOf (engine.Partial) is EachRow over some pods.
+func (heldCollector) RowsOf(s *index.Snapshot, _ time.Time, objs []any, rows *engine.Rows) {
+	for _, o := range objs {
+		heldRow(s, o.(*index.Pod), rows)
+	}
+}
+
+func heldRow(s *index.Snapshot, p *index.Pod, rows *engine.Rows) {
+	if !heldMayShow(s, p) {
+		return
+	}
+	if e := rows.Row(p); e != nil {
+		emitHeld(s, p, e)
 	}
 }
 

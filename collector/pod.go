@@ -69,26 +69,37 @@ func (c *podCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitte
 // lane), which reads its lane: the classes serving its extended resources (FanOut).
 func (c *podCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
 	for _, p := range s.Pods {
-		if p.Terminal() {
-			continue
+		c.row(s, p, rows)
+	}
+}
+
+// RowsOf (engine.Partial) is EachRow over some pods.
+func (c *podCollector) RowsOf(s *index.Snapshot, _ time.Time, objs []any, rows *engine.Rows) {
+	for _, o := range objs {
+		c.row(s, o.(*index.Pod), rows)
+	}
+}
+
+func (c *podCollector) row(s *index.Snapshot, p *index.Pod, rows *engine.Rows) {
+	if p.Terminal() {
+		return
+	}
+	e := rows.Row(p)
+	if e == nil {
+		return
+	}
+	lane := s.PodLane(p)
+	if lane == "" {
+		return
+	}
+	ns, name, uid := p.Key.Namespace, p.Key.Name, string(p.UID)
+	e.Gauge(podInfo, 1, ns, name, uid, p.Obj.Spec.NodeName, lane)
+	if c.labels != nil {
+		// A slice of its own per series: the emitter keeps it.
+		lvs := append(make([]string, 0, 3+len(c.labelKeys)), ns, name, uid)
+		for _, k := range c.labelKeys {
+			lvs = append(lvs, p.Obj.Labels[k])
 		}
-		e := rows.Row(p)
-		if e == nil {
-			continue
-		}
-		lane := s.PodLane(p)
-		if lane == "" {
-			continue
-		}
-		ns, name, uid := p.Key.Namespace, p.Key.Name, string(p.UID)
-		e.Gauge(podInfo, 1, ns, name, uid, p.Obj.Spec.NodeName, lane)
-		if c.labels != nil {
-			// A slice of its own per series: the emitter keeps it.
-			lvs := append(make([]string, 0, 3+len(c.labelKeys)), ns, name, uid)
-			for _, k := range c.labelKeys {
-				lvs = append(lvs, p.Obj.Labels[k])
-			}
-			e.Gauge(c.labels, 1, lvs...)
-		}
+		e.Gauge(c.labels, 1, lvs...)
 	}
 }

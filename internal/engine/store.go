@@ -72,6 +72,16 @@ type Link struct {
 	Of func(s *index.Snapshot, key any, out []any) []any
 }
 
+// Partial is a row collector whose rows are one per claim, or one per pod,
+// and that can render the rows of some of them: RowsOf is EachRow over objs
+// (records of s) alone. While only such objects changed of what its rows
+// read, the store takes them from the index's change sets
+// (index.Snapshot.Changed) and hands it those alone, instead of a pass
+// over every object.
+type Partial interface {
+	RowsOf(s *index.Snapshot, now time.Time, objs []any, rows *Rows)
+}
+
 // ClockBound is a row collector whose rows depend on the clock only
 // through deadlines: over the same snapshot they stay the same until
 // StableUntil (the zero time: until the snapshot changes).
@@ -205,6 +215,9 @@ type rowSet struct {
 	version index.Version
 	reads   index.Kinds
 	until   time.Time
+	// keyKinds are the kinds the last full pass's keys were records of
+	// (zero when one was no record).
+	keyKinds index.Kinds
 }
 
 // current reports whether the last pass's rows hold for s at now: nothing
@@ -228,6 +241,11 @@ func (set *rowSet) render(x *Exporter, c RowCollector, s *index.Snapshot, now ti
 	if set.current(s, now) {
 		return nil
 	}
+	if pc, ok := c.(Partial); ok {
+		if objs, gone, ok := set.changed(s); ok {
+			return set.renderSome(x, c, pc, s, now, objs, gone)
+		}
+	}
 	p := &Rows{set: set, x: x, s: s, links: LinksOf(c)}
 	var linkKinds index.Kinds
 	for _, l := range p.links {
@@ -242,9 +260,9 @@ func (set *rowSet) render(x *Exporter, c RowCollector, s *index.Snapshot, now ti
 	if _, err := x.run(rowsOnly{c, func(s *index.Snapshot, now time.Time) { c.EachRow(s, now, p) }}, s, now); err != nil {
 		return err
 	}
-	set.version, set.reads, set.until = s.Version(), p.keyKinds|linkKinds, time.Time{}
+	set.version, set.reads, set.keyKinds, set.until = s.Version(), p.keyKinds|linkKinds, p.keyKinds, time.Time{}
 	if p.derived || p.seen == 0 {
-		set.reads = index.AllKinds
+		set.reads, set.keyKinds = index.AllKinds, 0
 	}
 	if b, ok := c.(ClockBound); ok {
 		set.until = b.StableUntil(s, now)
@@ -261,8 +279,75 @@ func (set *rowSet) render(x *Exporter, c RowCollector, s *index.Snapshot, now ti
 			}
 		}
 	}
-	defs := c.Defs()
-	added, err := renderRows(p.fresh, defs)
+	return set.apply(c.Defs(), p.fresh, dropped)
+}
+
+// changed returns, when the rows are keyed on claims alone or on pods
+// alone and nothing else they read changed since the last pass, the
+// records of those written since (objs) and the records they replaced or
+// that were deleted (gone), from the index's change sets; false when the
+// rows must be brought to s by a whole pass.
+func (set *rowSet) changed(s *index.Snapshot) (objs, gone []any, ok bool) {
+	if set.rows == nil || !s.Version().Unchanged(set.version, set.reads&^set.keyKinds) {
+		return nil, nil, false
+	}
+	claims, pods, ok := s.Changed(set.version)
+	if !ok {
+		return nil, nil, false
+	}
+	switch set.keyKinds {
+	case index.KindsOf(index.KindClaim):
+		for k, old := range claims {
+			objs, gone = changedRecord(objs, gone, old, s.Claim(k))
+		}
+	case index.KindsOf(index.KindPod):
+		for k, old := range pods {
+			objs, gone = changedRecord(objs, gone, old, s.Pod(k))
+		}
+	default:
+		return nil, nil, false
+	}
+	return objs, gone, true
+}
+
+// changedRecord adds a changed object's current record (nil: deleted) to
+// objs and its old one (nil: new) to gone, unless they are the same.
+func changedRecord[R any](objs, gone []any, old, cur *R) ([]any, []any) {
+	if old == cur {
+		return objs, gone
+	}
+	if old != nil {
+		gone = append(gone, old)
+	}
+	if cur != nil {
+		objs = append(objs, cur)
+	}
+	return objs, gone
+}
+
+// renderSome brings the rows to s by rendering the rows of objs alone and
+// dropping those keyed on gone: the rest are as they were.
+func (set *rowSet) renderSome(x *Exporter, c RowCollector, pc Partial, s *index.Snapshot, now time.Time, objs, gone []any) error {
+	var dropped []*row
+	for _, key := range gone {
+		if r := set.rows[key]; r != nil {
+			delete(set.rows, key)
+			dropped = append(dropped, r)
+		}
+	}
+	// The same pass: a fresh row is seen in it, as the kept ones were.
+	p := &Rows{set: set, x: x, s: s, links: LinksOf(c)}
+	if _, err := x.run(rowsOnly{c, func(s *index.Snapshot, now time.Time) { pc.RowsOf(s, now, objs, p) }}, s, now); err != nil {
+		return err
+	}
+	set.version = s.Version()
+	return set.apply(c.Defs(), p.fresh, append(p.replaced, dropped...))
+}
+
+// apply renders the fresh rows and takes the dropped rows' lines out of
+// the families.
+func (set *rowSet) apply(defs []*family.Def, fresh []freshRow, dropped []*row) error {
+	added, err := renderRows(fresh, defs)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/testobj"
@@ -174,4 +176,72 @@ func TestPrerenderFillsTheStore(t *testing.T) {
 	if got := renders.Load(); got != 1 {
 		t.Errorf("rendered %d rows, want once (by Prerender)", got)
 	}
+}
+
+// podRows has a row per pod and counts its whole passes and the pods it
+// is handed alone (Partial).
+type podRows struct {
+	def          *family.Def
+	passes, some *atomic.Int32
+}
+
+func (c podRows) Name() string        { return "pods" }
+func (c podRows) Defs() []*family.Def { return []*family.Def{c.def} }
+func (c podRows) Update(s *index.Snapshot, now time.Time, e *family.Emitter) error {
+	UpdateRows(c, s, now, e)
+	return nil
+}
+func (c podRows) EachRow(s *index.Snapshot, _ time.Time, rows *Rows) {
+	c.passes.Add(1)
+	for _, p := range s.Pods {
+		c.row(p, rows)
+	}
+}
+func (c podRows) RowsOf(_ *index.Snapshot, _ time.Time, objs []any, rows *Rows) {
+	for _, o := range objs {
+		c.some.Add(1)
+		c.row(o.(*index.Pod), rows)
+	}
+}
+func (c podRows) row(p *index.Pod, rows *Rows) {
+	if e := rows.Row(p); e != nil {
+		e.Gauge(c.def, family.BoolFloat(p.Ready()), p.Key.Name)
+	}
+}
+
+// While only pods changed, a row collector of pods is handed the changed
+// pods alone, from the index's change sets; what it writes is what a
+// fresh exporter writes. A change of another kind its rows are not keyed
+// on (a node) leaves it alone; a snapshot the store did not see the one
+// before of makes a whole pass.
+func TestStoreRendersTheChangedPodsAlone(t *testing.T) {
+	pod := func(name string) *corev1.Pod {
+		return testobj.WithNamedClaim(testobj.Pod(name, "uid-"+name), "gpu", name+"-gpu")
+	}
+	ix := testobj.Build(t, index.Config{}, testobj.GPUClass(), testobj.Node("node-1", 0), pod("p-0"), pod("p-1"), pod("p-2"))
+	def := family.New("dra_test_pods", family.TypeGauge, "Pods.", "pod")
+	var passes, some atomic.Int32
+	x := NewExporter(ix, nil, false, nil, podRows{def, &passes, &some})
+	check := func(what string, wantPasses, wantSome int32) {
+		t.Helper()
+		got := text(x, false)
+		if want := text(NewExporter(ix, nil, false, nil, podRows{def, new(atomic.Int32), new(atomic.Int32)}), false); !bytes.Equal(got, want) {
+			t.Fatalf("%s: the store writes\n%s\na fresh exporter\n%s", what, got, want)
+		}
+		if passes.Load() != wantPasses || some.Load() != wantSome {
+			t.Errorf("%s: %d whole passes and %d pods alone, want %d and %d", what, passes.Load(), some.Load(), wantPasses, wantSome)
+		}
+	}
+	check("first scrape", 1, 0)
+	testobj.Upsert(t, ix, testobj.Ready(testobj.Bound(pod("p-1"), "node-1")), true)
+	check("one pod ready", 1, 1)
+	testobj.Del(t, ix, pod("p-0"))
+	testobj.Upsert(t, ix, pod("p-3"), true)
+	check("a pod deleted, one added", 1, 2)
+	testobj.Upsert(t, ix, testobj.Node("node-2", 0), true)
+	check("a node added", 1, 2)
+	testobj.Upsert(t, ix, pod("p-4"), true)
+	ix.Snapshot() // a snapshot the store does not see
+	testobj.Upsert(t, ix, pod("p-5"), true)
+	check("two snapshots on", 2, 2)
 }

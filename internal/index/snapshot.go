@@ -69,6 +69,36 @@ type Snapshot struct {
 	// trace, when set, is called with each record a lookup hands out
 	// (TraceReads).
 	trace func(record any)
+
+	// since is the version of the snapshot taken just before this one
+	// (the zero Version: none), and claimsBefore and podsBefore the
+	// claims and pods written or deleted between the two, as that one
+	// held them (nil: new).
+	since        Version
+	claimsBefore map[Key]*Claim
+	podsBefore   map[Key]*Pod
+}
+
+// Changed returns the claims and the pods written or deleted since the
+// snapshot of version since, by key, as that snapshot held them (nil: new
+// since), and true, when s was taken right after that one: the index's own
+// change sets. false when s cannot tell (another snapshot was taken
+// between, or s was built from scratch). What else changed, the versions
+// tell (Version.Unchanged). The maps must not be modified.
+func (s *Snapshot) Changed(since Version) (claims map[Key]*Claim, pods map[Key]*Pod, ok bool) {
+	if since.index == 0 || s.since != since {
+		return nil, nil, false
+	}
+	return s.claimsBefore, s.podsBefore, true
+}
+
+// before returns the records prev held under the changed keys.
+func before[R any](keys map[Key]struct{}, prev map[Key]*R) map[Key]*R {
+	out := make(map[Key]*R, len(keys))
+	for k := range keys {
+		out[k] = prev[k]
+	}
+	return out
 }
 
 // TraceReads makes the snapshot call read with every record its lookups
@@ -141,6 +171,10 @@ func (ix *Index) Snapshot() *Snapshot {
 	claims, pods := ix.changedClaims, ix.changedPods
 	ix.changedClaims, ix.changedPods = map[Key]struct{}{}, map[Key]struct{}{}
 	s := ix.snapshot(ix.snap, claims, pods)
+	if prev := ix.snap; prev != nil {
+		s.since = prev.version
+		s.claimsBefore, s.podsBefore = before(claims, prev.claimsByKey), before(pods, prev.podsByKey)
+	}
 	ix.matches.retain(s.Devices)
 	ix.snap, ix.snapVersion = s, s.version
 	return s
