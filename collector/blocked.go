@@ -26,26 +26,23 @@ type blockedCollector struct {
 }
 
 // NewBlockedCollector exports the blocked-pod classification.
-func NewBlockedCollector() engine.Collector { return blockedCollector{memo: &classify.Memo{}} }
+func NewBlockedCollector() engine.Collector { return blockedCollector{memo: classify.NewMemo(nil)} }
 
 func (blockedCollector) Name() string { return "blocked" }
 func (blockedCollector) Defs() []*family.Def {
 	return []*family.Def{podBlocked, podLowerPriorityHolders}
 }
 
-func (c blockedCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
-	engine.UpdateRows(c, s, e)
+func (c blockedCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitter) error {
+	engine.UpdateRows(c, s, now, e)
 	return nil
 }
 
-// EachRow: a blocked pod's series read its verdict alone (the row's key:
-// kept while the pod's verdict holds, classify.Memo.Kept).
-func (c blockedCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
+// EachRow: a row per blocked pod's verdict, as the memo keeps it (the same
+// pointer while the pod's verdict holds, classify.Memo.Kept).
+func (c blockedCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
 	for _, v := range c.memo.Kept(s) {
-		if rows.Kept(v) {
-			continue
-		}
-		e := rows.Visit(v, nil)
+		e := rows.Row(v)
 		if e == nil {
 			continue
 		}
@@ -56,6 +53,3 @@ func (c blockedCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
 		}
 	}
 }
-
-// InputKinds: a row has no inputs but its key.
-func (blockedCollector) InputKinds() index.Kinds { return 0 }

@@ -44,70 +44,68 @@ func (claimCollector) Defs() []*family.Def {
 	return []*family.Def{claimInfo, claimStatus, claimAllocation, claimReservedFor}
 }
 
-func (c claimCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
-	engine.UpdateRows(c, s, e)
+func (c claimCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitter) error {
+	engine.UpdateRows(c, s, now, e)
 	return nil
 }
 
-// EachRow: a claim's series read the claim (the row's key: an update
-// makes a new record) and the devices it was allocated (their node and GPU
-// UUID).
-func (claimCollector) InputKinds() index.Kinds { return index.DeviceKinds }
+// EachRow: a row per claim, which reads the devices it was allocated
+// (their node and GPU UUID: FanOut).
+func (c claimCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
+	for _, cl := range s.Claims {
+		c.row(s, cl, rows)
+	}
+}
 
-func (claimCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
-	var inputs []any
-	for _, c := range s.Claims {
-		if rows.Kept(c) {
-			continue
-		}
-		inputs = inputs[:0]
-		for _, r := range c.Results {
-			if d := s.Device(r.Device); d != nil {
-				inputs = append(inputs, d)
-			}
-		}
-		e := rows.Visit(c, inputs)
-		if e == nil {
-			continue
-		}
-		ns, name := c.Key.Namespace, c.Key.Name
-		lane, pod, podUID := index.LaneDRA, "", ""
-		if c.Extended {
-			lane = index.LaneDRAExtended
-		}
-		if c.OwnerPod != nil {
-			pod, podUID = c.OwnerPod.Name, string(c.OwnerPod.UID)
-		}
-		e.Gauge(claimInfo, 1, ns, name, lane, pod, podUID)
+// RowsOf (engine.Partial) is EachRow over some claims.
+func (c claimCollector) RowsOf(s *index.Snapshot, _ time.Time, objs []any, rows *engine.Rows) {
+	for _, o := range objs {
+		c.row(s, o.(*index.Claim), rows)
+	}
+}
 
-		state := claimUnallocated
-		switch {
-		case c.Allocated() && len(c.Obj.Status.ReservedFor) > 0:
-			state = claimReserved
-		case c.Allocated():
-			state = claimAllocated
+func (claimCollector) row(s *index.Snapshot, c *index.Claim, rows *engine.Rows) {
+	e := rows.Row(c)
+	if e == nil {
+		return
+	}
+	ns, name := c.Key.Namespace, c.Key.Name
+	lane, pod, podUID := index.LaneDRA, "", ""
+	if c.Extended {
+		lane = index.LaneDRAExtended
+	}
+	if c.OwnerPod != nil {
+		pod, podUID = c.OwnerPod.Name, string(c.OwnerPod.UID)
+	}
+	e.Gauge(claimInfo, 1, ns, name, lane, pod, podUID)
+
+	state := claimUnallocated
+	switch {
+	case c.Allocated() && len(c.Obj.Status.ReservedFor) > 0:
+		state = claimReserved
+	case c.Allocated():
+		state = claimAllocated
+	}
+	for _, st := range []string{claimUnallocated, claimAllocated, claimReserved} {
+		e.Gauge(claimStatus, family.BoolFloat(st == state), ns, name, st)
+	}
+	for _, r := range c.Results {
+		if r.AdminAccess {
+			continue // monitoring access: the device stays with its holder
 		}
-		for _, st := range []string{claimUnallocated, claimAllocated, claimReserved} {
-			e.Gauge(claimStatus, family.BoolFloat(st == state), ns, name, st)
-		}
-		for _, r := range c.Results {
-			if r.AdminAccess {
-				continue // monitoring access: the device stays with its holder
+		node, uuid := c.Node, ""
+		if d := s.Device(r.Device); d != nil {
+			uuid = d.GPUUUID
+			if node == "" {
+				node = d.Node
 			}
-			node, uuid := c.Node, ""
-			if d := s.Device(r.Device); d != nil {
-				uuid = d.GPUUUID
-				if node == "" {
-					node = d.Node
-				}
-			}
-			e.UniqueGauge(claimAllocation, 1, ns, name, r.Request, r.Class, r.Device.Driver, r.Device.Pool, r.Device.Device, node, uuid)
 		}
-		for _, r := range c.Obj.Status.ReservedFor {
-			if r.APIGroup != "" || r.Resource != "pods" {
-				continue // a PodGroup or another consumer: not a pod
-			}
-			e.UniqueGauge(claimReservedFor, 1, ns, name, r.Name, string(r.UID))
+		e.UniqueGauge(claimAllocation, 1, ns, name, r.Request, r.Class, r.Device.Driver, r.Device.Pool, r.Device.Device, node, uuid)
+	}
+	for _, r := range c.Obj.Status.ReservedFor {
+		if r.APIGroup != "" || r.Resource != "pods" {
+			continue // a PodGroup or another consumer: not a pod
 		}
+		e.UniqueGauge(claimReservedFor, 1, ns, name, r.Name, string(r.UID))
 	}
 }

@@ -122,25 +122,16 @@ func NewDeviceCollector(attrs []AttributeLabel) engine.Collector {
 func (c *deviceCollector) Name() string        { return "device" }
 func (c *deviceCollector) Defs() []*family.Def { return []*family.Def{c.info, c.memory, c.remaining} }
 
-func (c *deviceCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
-	engine.UpdateRows(c, s, e)
+func (c *deviceCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitter) error {
+	engine.UpdateRows(c, s, now, e)
 	return nil
 }
 
-// EachRow: a device's series read the device record (the row's key: a
-// change makes a new record) and, for a shared device (whose remaining
-// capacity the claims decide), the snapshot's version.
-// InputKinds: a shareable device's input is the snapshot's version.
-func (*deviceCollector) InputKinds() index.Kinds { return index.AllKinds }
-
-func (c *deviceCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
-	var inputs []any
+// EachRow: a row per device, which reads, for a shared device, the claims
+// that consume its capacity (FanOut).
+func (c *deviceCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
 	for _, d := range s.Devices {
-		inputs = inputs[:0]
-		if d.Shareable {
-			inputs = append(inputs, s.Version())
-		}
-		e := rows.Visit(d, inputs)
+		e := rows.Row(d)
 		if e == nil {
 			continue
 		}

@@ -58,21 +58,16 @@ func NewGateCollector(memo *classify.Memo) engine.Collector {
 func (gateCollector) Name() string        { return "gate" }
 func (gateCollector) Defs() []*family.Def { return []*family.Def{podGate, podReady, negativeControl} }
 
-func (c gateCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
-	engine.UpdateRows(c, s, e)
+func (c gateCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitter) error {
+	engine.UpdateRows(c, s, now, e)
 	return nil
 }
 
-// InputKinds: a row has no inputs but its key (classify.Memo.Gates: the
-// same pointer while the pod's gate holds).
-func (gateCollector) InputKinds() index.Kinds { return 0 }
-
-func (c gateCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
+// EachRow: a row per DRA pod's gate, as the memo keeps it (the same
+// pointer while the pod's gate holds, classify.Memo.Gates).
+func (c gateCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
 	for _, r := range c.memo.Gates(s) {
-		if rows.Kept(r) {
-			continue
-		}
-		e := rows.Visit(r, nil)
+		e := rows.Row(r)
 		if e == nil {
 			continue
 		}

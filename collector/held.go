@@ -28,9 +28,38 @@ func NewHeldCollector() engine.Collector { return heldCollector{} }
 func (heldCollector) Name() string        { return "held" }
 func (heldCollector) Defs() []*family.Def { return []*family.Def{heldDeviceHealth, heldDeviceTaint} }
 
-func (heldCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
-	for _, h := range classify.HeldWithSignal(s) {
-		p, c, d := h.Pod, h.Claim, h.Device
+func (c heldCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitter) error {
+	engine.UpdateRows(c, s, now, e)
+	return nil
+}
+
+// EachRow: a row per pod that may hold a device with a health report or a
+// taint, which reads its claims and their devices (FanOut).
+func (heldCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
+	for _, p := range s.Pods {
+		heldRow(s, p, rows)
+	}
+}
+
+// RowsOf (engine.Partial) is EachRow over some pods.
+func (heldCollector) RowsOf(s *index.Snapshot, _ time.Time, objs []any, rows *engine.Rows) {
+	for _, o := range objs {
+		heldRow(s, o.(*index.Pod), rows)
+	}
+}
+
+func heldRow(s *index.Snapshot, p *index.Pod, rows *engine.Rows) {
+	if !heldMayShow(s, p) {
+		return
+	}
+	if e := rows.Row(p); e != nil {
+		emitHeld(s, p, e)
+	}
+}
+
+func emitHeld(s *index.Snapshot, p *index.Pod, e *family.Emitter) {
+	for _, h := range classify.HeldBy(s, p) {
+		c, d := h.Claim, h.Device
 		lvs := []string{p.Key.Namespace, p.Key.Name, string(p.UID), c.Key.Name, d.Key.Driver, d.Key.Pool, d.Key.Device, d.Node, d.GPUUUID}
 		if h.Health != "" {
 			e.UniqueGauge(heldDeviceHealth, 1, append(lvs, h.Health)...)
@@ -39,5 +68,4 @@ func (heldCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) e
 			e.UniqueGauge(heldDeviceTaint, 1, append(lvs, t.Key, string(t.Effect), t.Rule)...)
 		}
 	}
-	return nil
 }

@@ -16,18 +16,33 @@ var claimLeak = family.New("dra_claim_reservation_leak", family.TypeGauge,
 
 type leakCollector struct {
 	grace time.Duration
+	memo  *classify.Memo
 }
 
 // NewLeakCollector exports leaked reservations; grace applies to allocated
 // claims that reserve nobody.
-func NewLeakCollector(grace time.Duration) engine.Collector { return leakCollector{grace: grace} }
+func NewLeakCollector(grace time.Duration) engine.Collector {
+	return leakCollector{grace: grace, memo: classify.NewMemo(nil)}
+}
 
 func (leakCollector) Name() string        { return "leak" }
 func (leakCollector) Defs() []*family.Def { return []*family.Def{claimLeak} }
 
 func (c leakCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitter) error {
-	for _, l := range classify.Leaks(s, now, c.grace) {
-		e.UniqueGauge(claimLeak, 1, l.Claim.Key.Namespace, l.Claim.Key.Name, l.Pod, string(l.PodUID), l.Node, l.Device, string(l.Reason))
-	}
+	engine.UpdateRows(c, s, now, e)
 	return nil
+}
+
+// leakRow is a leak's series, its labels: a leak repeated with the same
+// labels is one series.
+type leakRow struct{ namespace, claim, pod, podUID, node, device, reason string }
+
+// EachRow: a row per leak's series, of the leaks the memo keeps.
+func (c leakCollector) EachRow(s *index.Snapshot, now time.Time, rows *engine.Rows) {
+	for _, l := range c.memo.Leaks(s, now, c.grace) {
+		k := leakRow{l.Claim.Key.Namespace, l.Claim.Key.Name, l.Pod, string(l.PodUID), l.Node, l.Device, string(l.Reason)}
+		if e := rows.Row(k); e != nil {
+			e.Gauge(claimLeak, 1, k.namespace, k.claim, k.pod, k.podUID, k.node, k.device, k.reason)
+		}
+	}
 }

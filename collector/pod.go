@@ -60,39 +60,46 @@ func (c *podCollector) Defs() []*family.Def {
 	return []*family.Def{podInfo, c.labels}
 }
 
-func (c *podCollector) Update(s *index.Snapshot, _ time.Time, e *family.Emitter) error {
-	engine.UpdateRows(c, s, e)
+func (c *podCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitter) error {
+	engine.UpdateRows(c, s, now, e)
 	return nil
 }
 
-// EachRow: a pod's series read the pod (the row's key: an update makes a
-// new record) and its lane (which the classes decide for extended
-// resources).
-func (*podCollector) InputKinds() index.Kinds { return index.KindsOf(index.KindClass) }
-
-func (c *podCollector) EachRow(s *index.Snapshot, rows *engine.RowPass) {
-	var inputs []any
+// EachRow: a row per pod that has not finished (empty for a pod of no
+// lane), which reads its lane: the classes serving its extended resources (FanOut).
+func (c *podCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
 	for _, p := range s.Pods {
-		if rows.Kept(p) {
-			continue
+		c.row(s, p, rows)
+	}
+}
+
+// RowsOf (engine.Partial) is EachRow over some pods.
+func (c *podCollector) RowsOf(s *index.Snapshot, _ time.Time, objs []any, rows *engine.Rows) {
+	for _, o := range objs {
+		c.row(s, o.(*index.Pod), rows)
+	}
+}
+
+func (c *podCollector) row(s *index.Snapshot, p *index.Pod, rows *engine.Rows) {
+	if p.Terminal() {
+		return
+	}
+	e := rows.Row(p)
+	if e == nil {
+		return
+	}
+	lane := s.PodLane(p)
+	if lane == "" {
+		return
+	}
+	ns, name, uid := p.Key.Namespace, p.Key.Name, string(p.UID)
+	e.Gauge(podInfo, 1, ns, name, uid, p.Obj.Spec.NodeName, lane)
+	if c.labels != nil {
+		// A slice of its own per series: the emitter keeps it.
+		lvs := append(make([]string, 0, 3+len(c.labelKeys)), ns, name, uid)
+		for _, k := range c.labelKeys {
+			lvs = append(lvs, p.Obj.Labels[k])
 		}
-		lane := s.PodLane(p)
-		if lane == "" || p.Terminal() {
-			continue
-		}
-		e := rows.Visit(p, append(inputs[:0], lane))
-		if e == nil {
-			continue
-		}
-		ns, name, uid := p.Key.Namespace, p.Key.Name, string(p.UID)
-		e.Gauge(podInfo, 1, ns, name, uid, p.Obj.Spec.NodeName, lane)
-		if c.labels != nil {
-			// A slice of its own per series: the emitter keeps it.
-			lvs := append(make([]string, 0, 3+len(c.labelKeys)), ns, name, uid)
-			for _, k := range c.labelKeys {
-				lvs = append(lvs, p.Obj.Labels[k])
-			}
-			e.Gauge(c.labels, 1, lvs...)
-		}
+		e.Gauge(c.labels, 1, lvs...)
 	}
 }

@@ -27,18 +27,19 @@ type Config struct {
 // ClusterCollectors returns the cluster exporter's collectors, in the order
 // their families appear in the metrics reference.
 func ClusterCollectors(cfg Config) []engine.Collector {
-	// The gates read the blocked pods' verdicts: one memo, one walk of
-	// the tree, serves both.
+	// One memo serves every verdict family: the gates read the blocked
+	// pods' verdicts (one walk of the tree serves both), and the leaks,
+	// conflicts and capacity are kept beside them.
 	memo := classify.NewMemo(cfg.NegativeControl.Matches)
 	return []engine.Collector{
 		NewDeviceCollector(cfg.AttributeLabels),
-		NewDeviceClassCollector(),
+		deviceClassCollector{memo: memo},
 		NewClaimCollector(),
 		blockedCollector{memo: memo},
-		NewLeakCollector(cfg.UnreservedGrace),
-		NewConflictCollector(),
+		leakCollector{grace: cfg.UnreservedGrace, memo: memo},
+		conflictCollector{memo: memo},
 		NewHeldCollector(),
-		NewLaneCollector(),
+		laneCollector{memo: memo},
 		NewPodCollector(cfg.PodLabels),
 		NewGateCollector(memo),
 	}

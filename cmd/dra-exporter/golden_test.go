@@ -184,12 +184,20 @@ func firstDiff(got, want []byte) string {
 
 func scenarioExporter(t *testing.T, dir string) *engine.Exporter {
 	t.Helper()
+	ix, collectors, clock := scenarioIndex(t, dir)
+	return engine.NewExporter(ix, clock, false, nil, collectors...)
+}
+
+// scenarioIndex builds a golden scenario's index, as snapshot does, and
+// the cluster collectors, at the goldens' time (clock).
+func scenarioIndex(t *testing.T, dir string) (_ *index.Index, _ []engine.Collector, clock func() time.Time) {
+	t.Helper()
 	cfg, err := defaultConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	now, _ := time.Parse(time.RFC3339, goldenNow)
-	clock := func() time.Time { return now }
+	clock = func() time.Time { return now }
 	ix, _, err := offline.Build([]string{filepath.Join(dir, "objects.yaml")}, cfg.trimmer(), cfg.indexConfig(clock, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +206,7 @@ func scenarioExporter(t *testing.T, dir string) *engine.Exporter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return engine.NewExporter(ix, clock, false, nil, collectors...)
+	return ix, collectors, clock
 }
 
 // TestExplainAgreesWithMetric runs explain for every pod the golden metrics

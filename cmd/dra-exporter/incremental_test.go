@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
@@ -25,13 +26,17 @@ import (
 // that keeps families and rows across scrapes (each collector's, while the
 // kinds of objects it reads did not change), over snapshots that keep the
 // joins of unchanged kinds, must write exactly what a fresh exporter
-// renders from a snapshot built from scratch. A collector that reads a kind
-// it does not declare, or a join kept past a change it depends on, shows
-// here as a stale family.
+// renders from a snapshot built from scratch. The rewrites include, for
+// every entry of the fan-out table (collector.FanOut), a change of an
+// object that another object's row reads through it (linkRewrites), and
+// the test fails unless each of them changed that row's family somewhere.
+// A row that reads an object its collector's links do not name, or a join
+// kept past a change it depends on, shows here as a stale family.
 func TestKeptFamiliesMatchAFreshScrape(t *testing.T) {
 	now, _ := time.Parse(time.RFC3339, goldenNow)
 	clock := func() time.Time { return now }
 	steps := 0
+	exercised := map[string]bool{} // the fan-out entries whose rewrite changed their family
 	for _, dir := range scenarios(t) {
 		cfg, err := defaultConfig()
 		if err != nil {
@@ -54,33 +59,51 @@ func TestKeptFamiliesMatchAFreshScrape(t *testing.T) {
 			// One kept exporter per format: a scrape in the other format
 			// renders everything again.
 			kept := map[bool]*engine.Exporter{false: exporter(ix), true: exporter(ix)}
-			check := func(what string, obj any) {
+			// check compares the kept and the fresh scrape and returns
+			// the fresh one (text format).
+			check := func(what string, obj any) []byte {
 				steps++
-				for _, om := range []bool{false, true} {
+				var fresh []byte
+				for _, om := range []bool{true, false} {
 					got, want := join(kept[om].TextFamilies(om)), join(exporter(scratch{ix}).TextFamilies(om))
 					if !bytes.Equal(got, want) {
 						t.Fatalf("%s pass %d: after %s %s the kept families differ from a fresh scrape (openmetrics %v):\n%s",
 							filepath.Base(dir), pass, what, describe(obj), om, firstDiff(got, want))
 					}
+					fresh = want
 				}
+				return fresh
 			}
+			var last []byte
 			for _, i := range order {
 				obj := trimmer.Trim(objs[i])
 				if err := ix.Upsert(obj, true); err != nil {
 					t.Fatal(err)
 				}
-				check("upserting", obj)
+				last = check("upserting", obj)
 			}
 			// Writes to objects already there: the frequent ones that
 			// change no placement (readiness, a driver's device status),
-			// then ones that do, then the object as it was.
+			// then ones that do, then ones that another object's row
+			// reads, then the object as it was.
 			for _, i := range order {
 				for _, obj := range append(rewrites(objs[i]), objs[i]) {
 					obj = trimmer.Trim(obj)
 					if err := ix.Upsert(obj, true); err != nil {
 						t.Fatal(err)
 					}
-					check("rewriting", obj)
+					last = check("rewriting", obj)
+				}
+				for _, lr := range append(linkRewrites(objs[i]), linkRewrite{obj: objs[i]}) {
+					obj := trimmer.Trim(lr.obj)
+					if err := ix.Upsert(obj, true); err != nil {
+						t.Fatal(err)
+					}
+					fresh := check("rewriting "+lr.entry+" of", obj)
+					if lr.entry != "" && !bytes.Equal(familyLines(fresh, lr.family), familyLines(last, lr.family)) {
+						exercised[lr.entry] = true
+					}
+					last = fresh
 				}
 			}
 			for j := len(order) - 1; j >= 0; j-- {
@@ -89,6 +112,13 @@ func TestKeptFamiliesMatchAFreshScrape(t *testing.T) {
 					t.Fatal(err)
 				}
 				check("deleting", obj)
+			}
+		}
+	}
+	for _, links := range collector.FanOut {
+		for _, l := range links {
+			if !exercised[l.Name] {
+				t.Errorf("fan-out entry %q: no rewrite over the goldens changed the family of the rows it links (linkRewrites)", l.Name)
 			}
 		}
 	}

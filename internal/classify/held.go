@@ -32,29 +32,46 @@ func HeldWithSignal(s *index.Snapshot) []Held {
 	var out []Held
 	tainted := s.AnyDeviceTaints()
 	for _, p := range s.Pods {
-		if p.Terminal() || p.Obj.Spec.NodeName == "" || !s.Owns(p.Key.Namespace) {
+		out = append(out, heldBy(s, p, tainted)...)
+	}
+	return out
+}
+
+// HeldBy is HeldWithSignal for one pod: what it reads beyond the pod are
+// the claims it resolves to and their devices (the held family's entry of
+// the fan-out table, collector/fanout.go).
+func HeldBy(s *index.Snapshot, p *index.Pod) []Held {
+	return heldBy(s, p, s.AnyDeviceTaints())
+}
+
+// ReportsDeviceHealth reports whether the kubelet reports the health of a
+// device of the pod's claims.
+func ReportsDeviceHealth(p *index.Pod) bool { return !deviceHealth(p.Obj).empty() }
+
+func heldBy(s *index.Snapshot, p *index.Pod, tainted bool) []Held {
+	if p.Terminal() || p.Obj.Spec.NodeName == "" || !s.Owns(p.Key.Namespace) {
+		return nil
+	}
+	health := deviceHealth(p.Obj)
+	if health.empty() && !tainted {
+		return nil
+	}
+	var out []Held
+	for _, pc := range s.ResolvePodClaims(p) {
+		c := pc.Claim
+		if c == nil || !c.Allocated() || !c.ReservedForPod(p) {
 			continue
 		}
-		health := deviceHealth(p.Obj)
-		if health.empty() && !tainted {
-			continue
-		}
-		for _, pc := range s.ResolvePodClaims(p) {
-			c := pc.Claim
-			if c == nil || !c.Allocated() || !c.ReservedForPod(p) {
+		for _, r := range c.Results {
+			d := s.Device(r.Device)
+			if r.AdminAccess || d == nil {
 				continue
 			}
-			for _, r := range c.Results {
-				d := s.Device(r.Device)
-				if r.AdminAccess || d == nil {
-					continue
-				}
-				h := Held{Pod: p, Claim: c, Device: d, Health: health.of(c, r), Taints: s.Taints(d)}
-				if h.Health == "" && len(h.Taints) == 0 {
-					continue
-				}
-				out = append(out, h)
+			h := Held{Pod: p, Claim: c, Device: d, Health: health.of(c, r), Taints: s.Taints(d)}
+			if h.Health == "" && len(h.Taints) == 0 {
+				continue
 			}
+			out = append(out, h)
 		}
 	}
 	return out

@@ -8,20 +8,22 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
-// Memo keeps, between calls, what the verdict families read of each pod:
-// its verdict (Blocked) and its gate (APIGate, or NegativeControl for a
-// control), so that the next call evaluates again only the pods whose
-// inputs changed. One entry per pod holds both. Both read the pod itself
-// and the events about it, compared record by record (a changed object is a
-// new record): a readiness flip or a new event evaluates the one pod again,
-// its verdict and its gate. The rest they read differently, so each keeps
-// its own rule:
+// Memo is the one memo of the verdict-derived families: it keeps, between
+// calls, what they read of the snapshot, so that the next call evaluates
+// again only what changed. The snapshot-wide answers (leaks, double
+// allocations, capacity per class and per lane) are kept while the world
+// (below) is the same (memoworld.go). Per pod it keeps, in one entry, its
+// verdict (Blocked) and its gate (APIGate, or NegativeControl for a
+// control), both brought to a snapshot in one pass (the blocked collector
+// and the gates read the same pass). Both read the pod itself and the
+// events about it, compared record by record (a changed object is a new
+// record): a readiness flip or a new event evaluates the one pod again,
+// its verdict and its gate. The rest they read differently:
 //
-//   - a verdict reads the pod's claims, record by record, and the rest of
-//     the cluster (devices, classes, nodes, and where the other claims and
-//     pods hold devices), by version: any change of a class, slice, taint
-//     rule or node, or a change of placement (index.KindPlacement) of any
-//     claim or pod, walks every pod again;
+//   - a verdict reads the pod's claims, record by record, and the world by
+//     version: any change of a class, slice, taint rule or node, or a
+//     change of placement (index.KindPlacement) of any claim or pod, walks
+//     every pod again;
 //   - a gate reads its pod's verdict, where its claims are allocated and
 //     whom they are reserved for, and the devices (the nodes of its
 //     allocation), by version: a change of placement checks every pod's
@@ -36,26 +38,31 @@ type Memo struct {
 
 	mu   sync.Mutex
 	pods map[index.Key]*podMemo
-	// The snapshot version each part was last brought to, and its calls.
-	verdictVersion index.Version
-	verdictsValid  bool
-	verdictCalls   uint64
-	gateVersion    index.Version
-	gatesValid     bool
-	gateCalls      uint64
-	// The entries with a verdict, with a gate: when a call saw fewer, some
+	// The snapshot version the entries were last brought to, and the
+	// passes so far.
+	version index.Version
+	valid   bool
+	calls   uint64
+	// The entries with a verdict, with a gate: when a pass saw fewer, some
 	// are stale (forget).
 	nVerdicts, nGates int
 	// walks counts the walks of the tree, for tests.
 	walks int
+	// last is the last pass's answer, for the snapshot version it is of.
+	last *podAnswer
 
-	// last is the last verdict pass's answer and the snapshot version it
-	// answers for: the blocked collector and the gates both read the
-	// verdicts of a scrape's snapshot, and the second takes them from here,
-	// without a pass or a wait for the gate pass (lastMu, not mu).
-	lastMu      sync.Mutex
-	last        []*Verdict
-	lastVersion index.Version
+	// The snapshot-wide answers (memoworld.go).
+	leaks                       wide[[]Leak]
+	conflicts                   wide[[]Conflict]
+	classCapacity, laneCapacity wide[[]index.Capacity]
+}
+
+// podAnswer is a pass's answer: the blocked pods' verdicts and the gates,
+// in the snapshot's order.
+type podAnswer struct {
+	version  index.Version
+	verdicts []*Verdict
+	gates    []*PodGate
 }
 
 // NewMemo returns a memo whose negative controls are the pods isControl
@@ -88,12 +95,12 @@ type PodGate struct {
 	Control *ControlResult
 }
 
-// world are the kinds every verdict reads: all but a pod's, its claims' and
-// its events' own records, which are compared one by one.
+// world are the kinds every verdict and every snapshot-wide answer reads:
+// all but a pod's, its claims' and its events' own records (a verdict
+// compares its pod's one by one; the snapshot-wide answers read of them
+// only their placement, index.KindPlacement). A gate reads of the world
+// only the devices (index.DeviceKinds).
 const world = index.AllKinds &^ (1<<index.KindClaim | 1<<index.KindPod | 1<<index.KindEvent)
-
-// gateWorld are the kinds a gate reads beyond its pod's own records.
-const gateWorld = index.DeviceKinds
 
 // entry returns the pod's entry, a new one when the pod or the events
 // about it are not the records the entry holds.
@@ -124,25 +131,24 @@ func (m *Memo) drop(e *podMemo, verdict, gate bool) {
 	}
 }
 
-// forget drops the verdicts (or gates) of the pods the last call did not
+// forget drops the verdicts and gates of the pods the last pass did not
 // see, when it saw fewer than there are, and the entries left with
 // neither.
-func (m *Memo) forget(verdicts bool, seen int) {
-	if verdicts && m.nVerdicts <= seen || !verdicts && m.nGates <= seen {
+func (m *Memo) forget(verdicts, gates int) {
+	if m.nVerdicts <= verdicts && m.nGates <= gates {
 		return
 	}
 	maps.DeleteFunc(m.pods, func(_ index.Key, e *podMemo) bool {
-		if verdicts && e.verdictCall != m.verdictCalls || !verdicts && e.gateCall != m.gateCalls {
-			m.drop(e, verdicts, !verdicts)
-		}
+		m.drop(e, e.verdictCall != m.calls, e.gateCall != m.calls)
 		return e.verdict == nil && e.gate == nil
 	})
 }
 
-// reset drops every verdict (or gate), and the entries left with neither.
-func (m *Memo) reset(verdicts bool) {
+// reset drops every verdict, every gate, or both, and the entries left
+// with neither.
+func (m *Memo) reset(verdicts, gates bool) {
 	maps.DeleteFunc(m.pods, func(_ index.Key, e *podMemo) bool {
-		m.drop(e, verdicts, !verdicts)
+		m.drop(e, verdicts, gates)
 		return e.verdict == nil && e.gate == nil
 	})
 }
@@ -161,120 +167,118 @@ func (m *Memo) Blocked(s *index.Snapshot) []Verdict {
 // Kept is Blocked, the verdicts as kept: the same pointer stands for the
 // same verdict of the same pod while it holds (a reader may key what it
 // derived on it). Neither the slice nor the verdicts may be modified.
-func (m *Memo) Kept(s *index.Snapshot) []*Verdict {
-	v := s.Version()
-	m.lastMu.Lock()
-	if v.Unchanged(m.lastVersion, index.AllKinds) {
-		out := m.last
-		m.lastMu.Unlock()
-		return out
-	}
-	m.lastMu.Unlock()
-	m.mu.Lock()
-	out := m.verdicts(s)
-	m.mu.Unlock()
-	m.lastMu.Lock()
-	m.last, m.lastVersion = out, v
-	m.lastMu.Unlock()
-	return out
-}
-
-func (m *Memo) verdicts(s *index.Snapshot) []*Verdict {
-	if !m.verdictsValid || !s.Version().Unchanged(m.verdictVersion, world) {
-		m.reset(true)
-	}
-	// Without a claim change a pod that is the same record resolves to
-	// the same claims.
-	claimsSame := m.verdictsValid && s.Version().Unchanged(m.verdictVersion, index.KindsOf(index.KindClaim))
-	m.verdictCalls++
-	seen := 0
-	var out []*Verdict
-	for _, p := range s.Pods {
-		if p.Ready() || p.Terminal() || p.Obj.DeletionTimestamp != nil || !s.Owns(p.Key.Namespace) {
-			continue
-		}
-		seen++
-		e := m.entry(p, s.PodEventRecords(p))
-		if e.verdict == nil || !claimsSame {
-			claims := s.ResolvePodClaims(p)
-			if e.verdict == nil || !slices.Equal(e.verdictClaims, claims) {
-				m.drop(e, true, false)
-				v := classifyPod(s, p, false)
-				e.verdict, e.verdictClaims = &v, claims
-				m.nVerdicts++
-				m.walks++
-			}
-		}
-		e.verdictCall = m.verdictCalls
-		if e.verdict.Blocked {
-			out = append(out, e.verdict)
-		}
-	}
-	m.verdictVersion, m.verdictsValid = s.Version(), true
-	m.forget(true, seen)
-	return out
-}
+func (m *Memo) Kept(s *index.Snapshot) []*Verdict { return m.answer(s).verdicts }
 
 // Gates returns the gate of every DRA pod of s that is not finished or
 // being deleted (a negative control: not deleted before it started), in
 // the snapshot's order, as kept: the same pointer stands for the same gate
 // of the same pod while it holds. The gates must not be modified.
-func (m *Memo) Gates(s *index.Snapshot) []*PodGate {
-	// The verdicts first, in a pass of their own: the blocked collector,
-	// which reads them too, need not wait for the gates.
-	blocked := map[index.Key]*Verdict{}
-	for _, v := range m.Kept(s) {
-		blocked[v.Pod.Key] = v
-	}
+func (m *Memo) Gates(s *index.Snapshot) []*PodGate { return m.answer(s).gates }
+
+// answer brings the entries to s, in one pass over its pods (or returns
+// the last pass's answer, when it is of the same snapshot).
+func (m *Memo) answer(s *index.Snapshot) *podAnswer {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.gatesValid || !s.Version().Unchanged(m.gateVersion, gateWorld) {
-		m.reset(false)
+	v := s.Version()
+	if m.last != nil && v.Unchanged(m.last.version, index.AllKinds) {
+		return m.last
 	}
-	// A claim change that is no change of placement (the driver's device
-	// status) changes no gate: the gate reads where a claim is allocated
-	// and whom it is reserved for.
-	claimsSame := m.gatesValid && s.Version().Unchanged(m.gateVersion, index.KindsOf(index.KindPlacement))
-	m.gateCalls++
-	var out []*PodGate
+	if !m.valid || !v.Unchanged(m.version, world) {
+		m.reset(true, false)
+	}
+	if !m.valid || !v.Unchanged(m.version, index.DeviceKinds) {
+		m.reset(false, true)
+	}
+	// Without a claim change a pod that is the same record resolves to
+	// the same claims. A claim change that is no change of placement (the
+	// driver's device status) changes no gate: the gate reads where a
+	// claim is allocated and whom it is reserved for.
+	claimsSame := m.valid && v.Unchanged(m.version, index.KindsOf(index.KindClaim))
+	placementSame := m.valid && v.Unchanged(m.version, index.KindsOf(index.KindPlacement))
+	m.calls++
+	out := &podAnswer{version: v}
+	verdicts := 0
 	for _, p := range s.Pods {
 		if !s.Owns(p.Key.Namespace) {
 			continue
 		}
-		isControl := m.isControl != nil && m.isControl(p)
-		switch {
-		case isControl && p.Obj.DeletionTimestamp != nil && !p.Started():
-			continue
-		case !isControl && (p.Terminal() || p.Obj.DeletionTimestamp != nil):
-			continue
-		}
-		lane := s.PodLane(p)
-		if lane != index.LaneDRA && lane != index.LaneDRAExtended {
-			continue
-		}
-		e, v := m.entry(p, s.PodEventRecords(p)), blocked[p.Key]
-		same := e.gate != nil && e.gateVerdict == keyOf(v)
-		if same && !claimsSame && !claimsCurrent(s, p, e.gateClaims) {
-			same = slices.Equal(e.gateClaims, s.ResolvePodClaims(p))
-		}
-		if !same {
-			m.drop(e, false, true)
-			g := &PodGate{Pod: p}
-			if isControl {
-				x := NegativeControl(s, p, v, false)
-				g.Control = &x
-			} else {
-				g.API = APIGate(s, p, v, false)
+		var e *podMemo
+		var verdict *Verdict
+		if !p.Ready() && !p.Terminal() && p.Obj.DeletionTimestamp == nil {
+			verdicts++
+			e = m.entry(p, s.PodEventRecords(p))
+			m.verdict(s, e, claimsSame)
+			if e.verdict.Blocked {
+				verdict = e.verdict
+				out.verdicts = append(out.verdicts, verdict)
 			}
-			e.gate, e.gateClaims, e.gateVerdict = g, s.ResolvePodClaims(p), keyOf(v)
-			m.nGates++
 		}
-		e.gateCall = m.gateCalls
-		out = append(out, e.gate)
+		if !m.gated(s, p) {
+			continue
+		}
+		if e == nil {
+			e = m.entry(p, s.PodEventRecords(p))
+		}
+		m.gate(s, e, verdict, placementSame)
+		out.gates = append(out.gates, e.gate)
 	}
-	m.gateVersion, m.gatesValid = s.Version(), true
-	m.forget(false, len(out))
+	m.version, m.valid = v, true
+	m.forget(verdicts, len(out.gates))
+	m.last = out
 	return out
+}
+
+// verdict brings an entry's verdict to s.
+func (m *Memo) verdict(s *index.Snapshot, e *podMemo, claimsSame bool) {
+	if e.verdict == nil || !claimsSame {
+		claims := s.ResolvePodClaims(e.pod)
+		if e.verdict == nil || !slices.Equal(e.verdictClaims, claims) {
+			m.drop(e, true, false)
+			v := classifyPod(s, e.pod, false)
+			e.verdict, e.verdictClaims = &v, claims
+			m.nVerdicts++
+			m.walks++
+		}
+	}
+	e.verdictCall = m.calls
+}
+
+// gated reports whether a pod has a gate: a DRA pod not finished or being
+// deleted (a negative control: not deleted before it started).
+func (m *Memo) gated(s *index.Snapshot, p *index.Pod) bool {
+	isControl := m.isControl != nil && m.isControl(p)
+	switch {
+	case isControl && p.Obj.DeletionTimestamp != nil && !p.Started():
+		return false
+	case !isControl && (p.Terminal() || p.Obj.DeletionTimestamp != nil):
+		return false
+	}
+	lane := s.PodLane(p)
+	return lane == index.LaneDRA || lane == index.LaneDRAExtended
+}
+
+// gate brings an entry's gate to s, given the pod's verdict (nil: not
+// blocked).
+func (m *Memo) gate(s *index.Snapshot, e *podMemo, v *Verdict, placementSame bool) {
+	p := e.pod
+	same := e.gate != nil && e.gateVerdict == keyOf(v)
+	if same && !placementSame && !claimsCurrent(s, p, e.gateClaims) {
+		same = slices.Equal(e.gateClaims, s.ResolvePodClaims(p))
+	}
+	if !same {
+		m.drop(e, false, true)
+		g := &PodGate{Pod: p}
+		if m.isControl != nil && m.isControl(p) {
+			x := NegativeControl(s, p, v, false)
+			g.Control = &x
+		} else {
+			g.API = APIGate(s, p, v, false)
+		}
+		e.gate, e.gateClaims, e.gateVerdict = g, s.ResolvePodClaims(p), keyOf(v)
+		m.nGates++
+	}
+	e.gateCall = m.calls
 }
 
 // claimsCurrent reports whether each claim the pod resolved to is still the

@@ -1,13 +1,13 @@
 // Package engine runs the cluster exporter's collectors over index
 // snapshots and writes what they emit: the Exporter (one snapshot per
 // scrape, every collector over it, each timed, a failing one left out),
-// the caches that write an unchanged collector's families again without
-// running it (textcache.go) and an unchanged object's rows without
-// rendering them (rows.go), and the text, OpenMetrics and protobuf
-// encoders /metrics serves. The collectors are in collector/, which names
-// this package; the engine names none of them: a collector says what the
-// engine may cache or must hold through the interfaces it implements
-// (Verdict, SnapshotPure, ClockBound, Reader, RowCollector).
+// the row store that keeps each object's rendered series and renders only
+// the rows of changed objects (store.go, lines.go), and the text,
+// OpenMetrics and protobuf encoders /metrics serves. The collectors are in
+// collector/, which names this package; the engine names none of them: a
+// collector says what the engine may keep or must hold through the
+// interfaces it implements (RowCollector with its fan-out links, Verdict,
+// ClockBound).
 package engine
 
 import (
@@ -62,8 +62,8 @@ type Exporter struct {
 	complete func() bool
 	// shard limits the series to this exporter's part of the cluster.
 	shard shard.Shard
-	// text keeps the last scrape's rendered families (see textCache).
-	text textCache
+	// store keeps the row collectors' rendered rows (see store.go).
+	store store
 	// holdVerdicts reports whether the verdict collectors must run over
 	// the last snapshot taken while it was false (see HoldVerdictsWhen).
 	holdVerdicts func() bool
@@ -156,7 +156,13 @@ func (x *Exporter) Describe(ch chan<- *prometheus.Desc) {
 // cluster (the blocked pods it did not reach would look unblocked). The
 // other collectors still emit.
 func (x *Exporter) Collect(ch chan<- prometheus.Metric) {
-	x.each(nil, func(_ int, samples []family.Sample) {
+	x.each(func(i int, s *index.Snapshot, now time.Time) ([]family.Sample, error) {
+		e, err := x.run(x.collectors[i], s, now)
+		if err != nil {
+			return nil, err
+		}
+		return e.Samples(), nil
+	}, func(_ int, samples []family.Sample) {
 		for _, s := range samples {
 			ch <- prometheus.MustNewConstMetric(s.Def.Desc(), prometheus.GaugeValue, s.Value, s.LabelValues...)
 		}

@@ -128,9 +128,9 @@ func appendOpenMetricsLine(buf, line []byte) []byte {
 	return append(buf, '\n')
 }
 
-// Prerender renders the families once and drops them: called when the
-// informers have synced, so that the first scrape writes what is ready
-// instead of rendering everything (seconds at 100k claims, past
+// Prerender renders the families once into the row store and drops the
+// rest: called when the informers have synced, so that the first scrape
+// writes what is ready instead of rendering everything (seconds at 100k claims, past
 // Prometheus' default scrape timeout). A scrape that comes meanwhile waits
 // for it and is then written from it.
 func (x *Exporter) Prerender() time.Duration {
@@ -142,114 +142,97 @@ func (x *Exporter) Prerender() time.Duration {
 // TextFamilies runs the collectors over one snapshot, as Collect does, and
 // returns each family with series as text exposition, sorted by name;
 // openMetrics selects the OpenMetrics 1.0 syntax (without the final # EOF,
-// which ends the whole response). While the index hands out the same
-// snapshot, or one where nothing a pure collector reads changed, its
-// families are written from the last scrape's text instead of being
-// rendered again (textCache); concurrent calls take turns.
+// which ends the whole response). A row collector's families are written
+// from the row store (store.go), which renders only the rows of changed
+// objects; the other collectors render whole. Concurrent calls take turns.
 func (x *Exporter) TextFamilies(openMetrics bool) []Family {
-	c := &x.text
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	type run struct {
-		i       int // the collector; -1 for the timing series
-		samples []family.Sample
-	}
-	var runs []run
-	var reused []int
-	// The snapshot and time each collector ran over (the verdict
-	// collectors may read a held one).
-	snaps := map[int]*index.Snapshot{}
-	times := map[int]time.Time{}
-	c.reset(x)
-	x.each(func(i int, s *index.Snapshot, t time.Time) step {
-		snaps[i], times[i] = s, t
-		if c.reusable(x, i, s, t) {
-			reused = append(reused, i)
-			return step{skip: true}
+	st := &x.store
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.init(x)
+	byDef := map[*family.Def][]family.Sample{}
+	var stored []int // the row collectors whose pass succeeded
+	x.each(func(i int, s *index.Snapshot, now time.Time) ([]family.Sample, error) {
+		if set := st.sets[i]; set != nil {
+			return nil, set.render(x, x.collectors[i].(RowCollector), s, now)
 		}
-		if rowc, ok := x.collectors[i].(RowCollector); ok && c.cacheable(x, i) {
-			// Only the rows of changed objects are rendered.
-			rc := c.rowCache(i)
-			var lines map[*family.Def]lineSeq
-			return step{
-				work: func() (err error) {
-					lines, err = rc.render(x, rowc, s)
-					return err
-				},
-				done: func() {
-					c.keepRows(i, lines, s)
-					reused = append(reused, i)
-				},
-			}
+		e, err := x.run(x.collectors[i], s, now)
+		if err != nil {
+			return nil, err
 		}
-		return step{}
+		return e.Samples(), nil
 	}, func(i int, samples []family.Sample) {
-		runs = append(runs, run{i, samples})
+		if i >= 0 && st.sets[i] != nil {
+			stored = append(stored, i)
+		}
+		for _, sm := range samples {
+			byDef[sm.Def] = append(byDef[sm.Def], sm)
+		}
 	})
-	count := map[*family.Def]int{}
-	fresh := map[*family.Def]bool{} // families with a series from a run that is not kept
-	for _, r := range runs {
-		kept := r.i >= 0 && c.cacheable(x, r.i) && c.keep(x, r.i, r.samples, snaps[r.i], times[r.i])
-		for _, s := range r.samples {
-			count[s.Def]++
-			if !kept {
-				fresh[s.Def] = true
-			}
-		}
-	}
-	byDef := make(map[*family.Def][]family.Sample, len(count))
-	for d, n := range count {
-		byDef[d] = make([]family.Sample, 0, n)
-	}
-	for _, r := range runs {
-		for _, s := range r.samples {
-			byDef[s.Def] = append(byDef[s.Def], s)
-		}
-	}
 	out := make([]Family, 0, len(byDef))
-	for _, i := range reused {
+	for _, i := range stored {
+		set := st.sets[i]
 		for _, d := range x.collectors[i].Defs() {
-			if t, ok := c.text[d]; ok {
-				out = append(out, Family{Name: d.Name, def: d, text: t, lines: c.lines[d], om: openMetrics})
+			if lines, ok := set.lines[d]; ok {
+				out = append(out, Family{Name: d.Name, def: d, text: st.header(d), lines: lines, om: openMetrics})
 			}
 		}
 	}
 	for d, samples := range byDef {
-		text := d.AppendText(nil, samples)
-		if fresh[d] {
-			// Another collector wrote into the family: its owner must
-			// run again next time.
-			if o, ok := c.owner[d]; ok {
-				delete(c.done, o)
-			}
-		} else {
-			c.store(d, text)
-		}
-		out = append(out, Family{Name: d.Name, def: d, text: text, om: openMetrics})
+		out = append(out, Family{Name: d.Name, def: d, text: d.AppendText(nil, samples), om: openMetrics})
 	}
 	slices.SortFunc(out, func(a, b Family) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
-// step is how each handles one collector: skip it (its series are at
-// hand), run work instead of the collector, or (the zero step) run the
-// collector. work may run while other collectors do and must keep to its
-// own state; done, called in collector order once work succeeded, keeps
-// what it made.
-type step struct {
-	skip bool
-	work func() error
-	done func()
+// store is the exporter's row store: a row set per row collector that
+// owns its families (a family two collectors list is rendered whole).
+type store struct {
+	mu      sync.Mutex
+	sets    map[int]*rowSet
+	headers map[*family.Def][]byte
 }
 
-// each runs every collector over one snapshot and hands the samples of
-// each that succeeded, and the timing series (collector -1), to emit, in
-// collector order. plan, when set, is asked first, in collector order, how
-// to handle collector i for the snapshot at now; a skipped collector
-// reports only timing. The collectors run side by side, as many at once as
-// there are processors: a snapshot is read-only and its memos lock, and at
-// 100k claims a scrape that renders everything is seconds of CPU.
-func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step, emit func(i int, samples []family.Sample)) {
+// init makes the store ready for its first use.
+func (st *store) init(x *Exporter) {
+	if st.sets != nil {
+		return
+	}
+	owners := map[*family.Def]int{}
+	for _, c := range x.collectors {
+		for _, d := range c.Defs() {
+			owners[d]++
+		}
+	}
+	st.sets, st.headers = map[int]*rowSet{}, map[*family.Def][]byte{}
+	for i, c := range x.collectors {
+		if _, ok := c.(RowCollector); !ok {
+			continue
+		}
+		if !slices.ContainsFunc(c.Defs(), func(d *family.Def) bool { return owners[d] > 1 }) {
+			st.sets[i] = &rowSet{}
+		}
+	}
+}
+
+// header returns a family's HELP and TYPE lines, written once.
+func (st *store) header(d *family.Def) []byte {
+	h, ok := st.headers[d]
+	if !ok {
+		h = slices.Clip(d.AppendHeader(nil))
+		st.headers[d] = h
+	}
+	return h
+}
+
+// each runs job for every collector over one snapshot and hands the
+// samples of each that succeeded, and the timing series (collector -1), to
+// emit, in collector order; a failure is logged and its collector left
+// out. The jobs run side by side, as many at once as there are processors:
+// a snapshot is read-only and its memos lock, and at 100k claims a scrape
+// that renders everything is seconds of CPU. A job must keep to its own
+// collector's state.
+func (x *Exporter) each(job func(i int, s *index.Snapshot, now time.Time) ([]family.Sample, error), emit func(i int, samples []family.Sample)) {
 	if x.complete != nil && !x.complete() {
 		return
 	}
@@ -258,7 +241,6 @@ func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step,
 	vs, vnow := x.verdictView(s, now)
 	type outcome struct {
 		runs    bool
-		step    step
 		samples []family.Sample
 		err     error
 		took    time.Duration
@@ -278,14 +260,6 @@ func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step,
 		}
 		o := &out[i]
 		o.runs = true
-		if plan != nil {
-			start := time.Now()
-			o.step = plan(i, s, now)
-			o.took = time.Since(start)
-		}
-		if o.step.skip {
-			continue
-		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -293,20 +267,13 @@ func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step,
 			defer func() { <-slots }()
 			start := time.Now()
 			defer func() {
-				// work's own panics (a collector's are recovered in run).
+				// The job's own panics (a collector's are recovered in run).
 				if r := recover(); r != nil {
 					o.samples, o.err = nil, panicError{value: r, stack: debug.Stack()}
 				}
-				o.took += time.Since(start)
+				o.took = time.Since(start)
 			}()
-			if o.step.work != nil {
-				o.err = o.step.work()
-				return
-			}
-			var e *family.Emitter
-			if e, o.err = x.run(c, s, now); o.err == nil {
-				o.samples = e.Samples()
-			}
+			o.samples, o.err = job(i, s, now)
 		}()
 	}
 	wg.Wait()
@@ -315,14 +282,9 @@ func (x *Exporter) each(plan func(i int, s *index.Snapshot, now time.Time) step,
 		if !o.runs {
 			continue
 		}
-		switch {
-		case o.err != nil:
+		if o.err != nil {
 			x.logFailure(c, o.err)
-		case o.step.work != nil:
-			if o.step.done != nil {
-				o.step.done()
-			}
-		case !o.step.skip:
+		} else {
 			emit(i, o.samples)
 		}
 		if x.timing {

@@ -72,7 +72,7 @@ func (s *Snapshot) computeRemainingCounters() {
 // allocations excluded).
 func (s *Snapshot) AllocatedTo(k DeviceKey) []*Claim {
 	if u := s.usage[k]; u != nil {
-		return u.claims
+		return tracedAll(s, u.claims)
 	}
 	return nil
 }

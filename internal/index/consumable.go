@@ -24,6 +24,7 @@ func (s *Snapshot) RemainingCapacity(d *Device) map[resourceapi.QualifiedName]re
 	var consumed map[resourceapi.QualifiedName]resource.Quantity
 	if u := s.usage[d.Key]; u != nil {
 		consumed = u.consumed
+		tracedAll(s, u.claims)
 	}
 	out := make(map[resourceapi.QualifiedName]resource.Quantity, len(d.Capacity))
 	for name, c := range d.Capacity {

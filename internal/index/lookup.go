@@ -16,26 +16,32 @@ import (
 func (s *Snapshot) Owns(namespace string) bool { return s.shard.Owns(namespace) }
 
 // Class returns a class by name.
-func (s *Snapshot) Class(name string) *Class { return s.classByName[name] }
+func (s *Snapshot) Class(name string) *Class { return traced(s, s.classByName[name]) }
 
 // Device returns a device by key.
-func (s *Snapshot) Device(k DeviceKey) *Device { return s.deviceByKey[k] }
+func (s *Snapshot) Device(k DeviceKey) *Device { return traced(s, s.deviceByKey[k]) }
 
 // Claim returns a claim by key.
-func (s *Snapshot) Claim(k Key) *Claim { return s.claimsByKey[k] }
+func (s *Snapshot) Claim(k Key) *Claim { return traced(s, s.claimsByKey[k]) }
 
 // Pod returns a pod by key.
-func (s *Snapshot) Pod(k Key) *Pod { return s.podsByKey[k] }
+func (s *Snapshot) Pod(k Key) *Pod { return traced(s, s.podsByKey[k]) }
 
 // Node returns a node by name.
-func (s *Snapshot) Node(name string) *Node { return s.nodesByName[name] }
+func (s *Snapshot) Node(name string) *Node { return traced(s, s.nodesByName[name]) }
 
 // ClassDevices returns the devices a class selects.
-func (s *Snapshot) ClassDevices(class string) []*Device { return s.classDevices[class] }
+func (s *Snapshot) ClassDevices(class string) []*Device { return tracedAll(s, s.classDevices[class]) }
 
 // ResolvePodClaims returns the claims a pod depends on (see PodClaim).
 func (s *Snapshot) ResolvePodClaims(p *Pod) []PodClaim {
-	return resolvePodClaims((*snapshotClaims)(s), p)
+	out := resolvePodClaims((*snapshotClaims)(s), p)
+	if s.trace != nil {
+		for _, pc := range out {
+			traced(s, pc.Claim)
+		}
+	}
+	return out
 }
 
 func (s *Snapshot) claimByKey(k Key) *Claim { return s.claimsByKey[k] }
@@ -57,7 +63,7 @@ func (s *Snapshot) IsDevicePluginResource(name string) bool {
 
 // ClassForExtendedResource returns the class serving an extended resource.
 func (s *Snapshot) ClassForExtendedResource(name string) *Class {
-	return classForExtendedResource(s.classByName, name)
+	return traced(s, classForExtendedResource(s.classByName, name))
 }
 
 // PodEvents returns the events about a pod, newest first. Events recorded
@@ -75,7 +81,7 @@ func (s *Snapshot) PodEvents(p *Pod) []*Event {
 		}
 		return strings.Compare(a.Key.String(), b.Key.String())
 	})
-	return out
+	return tracedAll(s, out)
 }
 
 // PodEventRecords returns the events held under the pod's name, as the

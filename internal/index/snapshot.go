@@ -65,6 +65,18 @@ type Snapshot struct {
 
 	dpOnce sync.Once
 	dpUsed map[nodeResource]int64
+
+	// trace, when set, is called with each record a lookup hands out
+	// (TraceReads).
+	trace func(record any)
+
+	// since is the version of the snapshot taken just before this one
+	// (the zero Version: none), and claimsBefore and podsBefore the
+	// claims and pods written or deleted between the two, as that one
+	// held them (nil: new).
+	since        Version
+	claimsBefore map[Key]*Claim
+	podsBefore   map[Key]*Pod
 }
 
 type deviceUsage struct {
@@ -111,6 +123,10 @@ func (ix *Index) Snapshot() *Snapshot {
 	claims, pods := ix.changedClaims, ix.changedPods
 	ix.changedClaims, ix.changedPods = map[Key]struct{}{}, map[Key]struct{}{}
 	s := ix.snapshot(ix.snap, claims, pods)
+	if prev := ix.snap; prev != nil {
+		s.since = prev.version
+		s.claimsBefore, s.podsBefore = before(claims, prev.claimsByKey), before(pods, prev.podsByKey)
+	}
 	ix.matches.retain(s.Devices)
 	ix.snap, ix.snapVersion = s, s.version
 	return s

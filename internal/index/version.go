@@ -139,3 +139,24 @@ func sameContent[T any, P interface {
 	P(&bc).SetResourceVersion("")
 	return equality.Semantic.DeepEqual(&ac, &bc)
 }
+
+// KindsOfRecord returns the kinds a record of the index is derived from
+// (an update replaces the record: the same record is the same object as
+// it was), and false for a value that is no record of the index.
+func KindsOfRecord(r any) (Kinds, bool) {
+	switch r.(type) {
+	case *Claim:
+		return KindsOf(KindClaim), true
+	case *Pod:
+		return KindsOf(KindPod), true
+	case *Device:
+		return DeviceKinds, true
+	case *Class:
+		return KindsOf(KindClass), true
+	case *Node:
+		return KindsOf(KindNode), true
+	case *Event:
+		return KindsOf(KindEvent), true
+	}
+	return 0, false
+}
