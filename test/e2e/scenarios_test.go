@@ -289,7 +289,7 @@ func TestRunningNotReady(t *testing.T) {
 // the extended resource (DRAExtendedResource). A pod on the device-plugin
 // node is counted in the other lane.
 func TestExtendedResourceLanes(t *testing.T) {
-	requireCluster(t)
+	requireFeature(t, cluster.FeatureExtendedResource)
 	ns := namespace(t, "e2e-lanes")
 	dra := cluster.PodWithGPUs(ns, "llm-ext", 1)
 	dra.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-node-2"}
