@@ -59,6 +59,9 @@ type Recorder interface {
 	// holds the resource as the API server has it now, and since when
 	// that holds (see WatchState).
 	TrackWatch(resource string, state func() (healthy bool, since time.Time))
+	// Served records whether the API server serves a resource, as
+	// discovery said at startup.
+	Served(resource string, served bool)
 }
 
 // Resources the exporter watches, as named in self-metrics.
@@ -161,10 +164,33 @@ func Start(ctx context.Context, client kubernetes.Interface, sink Sink, rec Reco
 		{ResNodes, &corev1.Node{}, listWatch[*corev1.NodeList](client.CoreV1().Nodes(), nil, client)},
 		{ResEvents, &corev1.Event{}, listWatch[*corev1.EventList](client.CoreV1().Events(""), events, client)},
 	}
-	if servesDeviceTaintRules(client) {
+	served, err := servedResources(client)
+	if err != nil {
+		opts.Logger.Warn("discovery of resource.k8s.io/v1 failed: watching every resource, a watch's errors will tell one that is not served", "err", err)
+	}
+	for _, src := range sources {
+		switch src.name {
+		case ResPods, ResNodes, ResEvents:
+			rec.Served(src.name, true)
+		default:
+			if served == nil {
+				continue
+			}
+			rec.Served(src.name, served[src.name])
+			if !served[src.name] {
+				opts.Logger.Error("the API server does not serve resource.k8s.io/v1 "+src.name+": the exporter needs Kubernetes 1.34 or later", "resource", src.name)
+			}
+		}
+	}
+	switch {
+	case served == nil || served[ResDeviceTaintRules]:
+		if served != nil {
+			rec.Served(ResDeviceTaintRules, true)
+		}
 		sources = append(sources, source{ResDeviceTaintRules, &resourceapi.DeviceTaintRule{}, listWatch[*resourceapi.DeviceTaintRuleList](r.DeviceTaintRules(), nil, client)})
-	} else {
-		opts.Logger.Info("the API server does not serve resource.k8s.io/v1 devicetaintrules: device taints come from ResourceSlices only")
+	default:
+		rec.Served(ResDeviceTaintRules, false)
+		opts.Logger.Info("the API server does not serve resource.k8s.io/v1 devicetaintrules (Kubernetes 1.37 does): device taints come from ResourceSlices only")
 	}
 	return start(ctx, sources, sink, rec, opts), nil
 }
@@ -378,20 +404,23 @@ func sameVersion(a, b any) bool {
 	return err1 == nil && err2 == nil && ma.GetResourceVersion() != "" && ma.GetResourceVersion() == mb.GetResourceVersion()
 }
 
-// servesDeviceTaintRules asks discovery whether resource.k8s.io/v1 has
-// devicetaintrules (before 1.37 it is off by default): an informer of a
-// resource that is not served never syncs, and the exporter would render
-// nothing. A failed discovery counts as served, so that a transient error
-// shows as watch errors rather than a silently missing kind.
-func servesDeviceTaintRules(client kubernetes.Interface) bool {
-	list, err := client.Discovery().ServerResourcesForGroupVersion("resource.k8s.io/v1")
+// servedResources asks discovery which resources of resource.k8s.io/v1
+// the API server serves (before 1.37 devicetaintrules is not among them;
+// before 1.34 the group version is not served at all: an empty set). A
+// failed discovery returns nil and the error: the caller then watches
+// every resource, so that a transient error shows as watch errors rather
+// than a silently missing kind.
+func servedResources(client kubernetes.Interface) (map[string]bool, error) {
+	list, err := client.Discovery().ServerResourcesForGroupVersion(resourceapi.SchemeGroupVersion.String())
+	if apierrors.IsNotFound(err) {
+		return map[string]bool{}, nil
+	}
 	if err != nil {
-		return !apierrors.IsNotFound(err)
+		return nil, fmt.Errorf("discover %s: %w", resourceapi.SchemeGroupVersion, err)
 	}
+	served := map[string]bool{}
 	for _, r := range list.APIResources {
-		if r.Name == ResDeviceTaintRules {
-			return true
-		}
+		served[r.Name] = true
 	}
-	return false
+	return served, nil
 }
