@@ -1,8 +1,7 @@
-// Module v1.34 builds the control plane of Kubernetes' oldest supported
-// minor (etcd, kube-apiserver, kube-scheduler, kube-controller-manager; no
-// kubelet: the compatibility subset runs on simulated nodes) for
-// `make test-compat`. It is separate from test/controlplane (v1.37) so that
-// each release keeps its own dependency graph. Build it with
+// Module v1.34 builds the control plane of Kubernetes v1.34.5 (etcd,
+// kube-apiserver, kube-scheduler, kube-controller-manager; no kubelet: the
+// compatibility subset runs on simulated nodes) for `make test-compat`.
+// Written by new-module.sh; build it with
 // `make controlplane-compat K8S_COMPAT=v1.34.5`.
 module github.com/dra-exporter/dra-exporter/test/controlplane/compat/v1.34
 
