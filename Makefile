@@ -460,15 +460,17 @@ controlplane-compat: ## Build the control planes of the older supported minors (
 
 # The core e2e subset: allocation (canary, shared claim), blocked reasons (capacity exhausted, class
 # missing, negative control, prepare failed, not ready), leaks, release latency, the read-only contract
-# and what the exporter says is served, rules loaded and alerts firing in a real Prometheus.
-COMPAT_TESTS := ^(TestCanaryFromTemplate|TestSharedNamedClaim|TestCapacityExhausted|TestMissingDeviceClass|TestNegativeControlSelector|TestNodePrepareFailed|TestRunningNotReady|TestReleaseCycles|TestLeaksClearWhenControllerReturns|TestExporterIsReadOnly|TestAlertsFireAndResolve)$$
+# and what the exporter says is served, rules loaded and alerts firing in a real Prometheus, the
+# components' DRA series under the release's names. UPSTREAM_OUT=rules/testdata/upstream rewrites the
+# series the rules' test replays (TestRulesOnRealUpstreamExpositions).
+COMPAT_TESTS := ^(TestUpstreamMetricNames|TestCanaryFromTemplate|TestSharedNamedClaim|TestCapacityExhausted|TestMissingDeviceClass|TestNegativeControlSelector|TestNodePrepareFailed|TestRunningNotReady|TestReleaseCycles|TestLeaksClearWhenControllerReturns|TestExporterIsReadOnly|TestAlertsFireAndResolve)$$
 
 .PHONY: test-compat
 test-compat: build tools controlplane controlplane-compat ## Run the core e2e subset on a real control plane of every supported minor, oldest first (K8S_COMPAT picks the older ones; not part of make test).
 	@failed=; for v in $(K8S_COMPAT) $(K8S_VERSION); do \
 		echo ">> the core e2e subset on Kubernetes $$v"; \
 		start=$$(date +%s); \
-		DRA_E2E_CONTROLPLANE_BIN=$(CACHE)/controlplane/$$v/bin $(GO) test -count=1 -timeout 20m -run '$(COMPAT_TESTS)' -v ./test/e2e/ || failed="$$failed $$v"; \
+		DRA_E2E_CONTROLPLANE_BIN=$(CACHE)/controlplane/$$v/bin $(if $(UPSTREAM_OUT),DRA_E2E_UPSTREAM_OUT=$(abspath $(UPSTREAM_OUT))) $(GO) test -count=1 -timeout 20m -run '$(COMPAT_TESTS)' -v ./test/e2e/ || failed="$$failed $$v"; \
 		echo ">> Kubernetes $$v: the subset took $$(( $$(date +%s) - start )) s"; \
 	done; \
 	if [ -n "$$failed" ]; then echo ">> the core e2e subset failed on:$$failed"; exit 1; fi

@@ -27,7 +27,7 @@ var UpstreamMetrics = map[string]string{
 	"dynamic_resource_allocation_resource_claims":             "Kubernetes 1.37 gauge {allocated, admin_access, source}",
 
 	// kube-scheduler.
-	"scheduler_resourceclaim_creates_total": "Kubernetes 1.35-1.36 counter {status}: claims of extended-resource requests (1.37: dynamic_resource_allocation_resourceclaim_creates_total)",
+	"scheduler_resourceclaim_creates_total":       "Kubernetes 1.35-1.36 counter {status}: claims of extended-resource requests (1.37: dynamic_resource_allocation_resourceclaim_creates_total)",
 	"scheduler_plugin_execution_duration_seconds": "scheduler histogram {plugin, extension_point, status}",
 
 	// NVIDIA DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu), kubelet plugin.

@@ -485,3 +485,35 @@ func freePort() (int, error) {
 
 // FreePort returns a loopback port that was free a moment ago.
 func FreePort() (int, error) { return freePort() }
+
+// ComponentMetrics returns the /metrics exposition of "kube-scheduler" or
+// "kube-controller-manager" (text format), read with the admin's token.
+func (cp *ControlPlane) ComponentMetrics(ctx context.Context, name string) (string, error) {
+	ports := map[string]string{"kube-scheduler": "scheduler", "kube-controller-manager": "controller-manager"}
+	port, ok := cp.ports[ports[name]]
+	if !ok {
+		return "", fmt.Errorf("no component %q with /metrics (kube-scheduler, kube-controller-manager)", name)
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback, self-signed
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+AdminToken)
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("%s /metrics: %w", name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("%s /metrics: %w", name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s /metrics: %s: %s", name, resp.Status, bytes.TrimSpace(body))
+	}
+	return string(body), nil
+}
