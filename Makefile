@@ -435,3 +435,50 @@ registry: $(REGISTRY_BIN) ## Build the OCI registry (distribution, cached) that 
 
 # TestRegistry (test/nodee2e) needs the registry and krew beside test-node's own prerequisites.
 test-node: $(REGISTRY_BIN) $(KREW_BIN)/.built
+
+# ---- Older Kubernetes minors (issue 41; docs/testing.md "Kubernetes versions") ----
+
+# Each supported minor before $(K8S_VERSION) has a module of its own, test/controlplane/compat/v1.<minor>
+# (its k8s.io/kubernetes release with the staging replaces, the etcd that release pins): its go.mod is
+# the one place that names the release. Built: etcd, kube-apiserver, kube-scheduler and
+# kube-controller-manager, no kubelet (the compatibility subset runs on simulated nodes).
+COMPAT_VERSIONS := $(sort $(shell sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v1\.[0-9]*\.[0-9]*\).*|\1|p' test/controlplane/compat/*/go.mod))
+# make controlplane-compat K8S_COMPAT=v1.34.5 builds one of them; the default, all.
+K8S_COMPAT ?= $(COMPAT_VERSIONS)
+compat_minor = $(word 2,$(subst ., ,$(1)))
+compat_bin = $(CACHE)/controlplane/$(1)/bin
+
+define COMPAT_BUILD
+$(call compat_bin,$(1))/.built: test/controlplane/compat/v1.$(call compat_minor,$(1))/go.mod test/controlplane/compat/v1.$(call compat_minor,$(1))/go.sum
+	@echo ">> building the control plane $(1) (cold: see docs/testing.md)"
+	rm -rf $(call compat_bin,$(1)).tmp && mkdir -p $(call compat_bin,$(1)).tmp
+	cd test/controlplane/compat/v1.$(call compat_minor,$(1)) && time $(GO) build -ldflags '-s -w \
+		-X k8s.io/component-base/version.gitVersion=$(1) -X k8s.io/component-base/version.gitMajor=1 \
+		-X k8s.io/component-base/version.gitMinor=$(call compat_minor,$(1)) -X k8s.io/component-base/version.gitTreeState=clean' \
+		-o $(call compat_bin,$(1)).tmp/ \
+		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-controller-manager ./etcd
+	rm -rf $(call compat_bin,$(1)) && mv $(call compat_bin,$(1)).tmp $(call compat_bin,$(1)) && touch $$@
+endef
+$(foreach v,$(COMPAT_VERSIONS),$(eval $(call COMPAT_BUILD,$(v))))
+
+.PHONY: controlplane-compat
+controlplane-compat: ## Build the control planes of the older supported minors (cached; K8S_COMPAT=v1.34.5 picks one).
+	@$(foreach v,$(K8S_COMPAT),$(if $(filter $(v),$(COMPAT_VERSIONS)),,echo "no module under test/controlplane/compat/ pins k8s.io/kubernetes $(v) (there: $(COMPAT_VERSIONS))"; exit 2;))
+	@$(MAKE) --no-print-directory $(foreach v,$(K8S_COMPAT),$(call compat_bin,$(v))/.built)
+
+# The core e2e subset: allocation (canary, shared claim), blocked reasons (capacity exhausted, class
+# missing, negative control, prepare failed, not ready), leaks, release latency, the read-only contract
+# and what the exporter says is served, rules loaded and alerts firing in a real Prometheus, the
+# components' DRA series under the release's names. UPSTREAM_OUT=rules/testdata/upstream rewrites the
+# series the rules' test replays (TestRulesOnRealUpstreamExpositions).
+COMPAT_TESTS := ^(TestUpstreamMetricNames|TestCanaryFromTemplate|TestSharedNamedClaim|TestCapacityExhausted|TestMissingDeviceClass|TestNegativeControlSelector|TestNodePrepareFailed|TestRunningNotReady|TestReleaseCycles|TestLeaksClearWhenControllerReturns|TestExporterIsReadOnly|TestAlertsFireAndResolve)$$
+
+.PHONY: test-compat
+test-compat: build tools controlplane controlplane-compat ## Run the core e2e subset on a real control plane of every supported minor, oldest first (K8S_COMPAT picks the older ones; not part of make test).
+	@failed=; for v in $(K8S_COMPAT) $(K8S_VERSION); do \
+		echo ">> the core e2e subset on Kubernetes $$v"; \
+		start=$$(date +%s); \
+		DRA_E2E_CONTROLPLANE_BIN=$(CACHE)/controlplane/$$v/bin $(if $(UPSTREAM_OUT),DRA_E2E_UPSTREAM_OUT=$(abspath $(UPSTREAM_OUT))) $(GO) test -count=1 -timeout 20m -run '$(COMPAT_TESTS)' -v ./test/e2e/ || failed="$$failed $$v"; \
+		echo ">> Kubernetes $$v: the subset took $$(( $$(date +%s) - start )) s"; \
+	done; \
+	if [ -n "$$failed" ]; then echo ">> the core e2e subset failed on:$$failed"; exit 1; fi

@@ -342,6 +342,8 @@ func TestSelf(t *testing.T) {
 	s.Rejected("pods")
 	s.IndexRebuilt()
 	s.APIServerUp(false)
+	s.Served("pods", true)
+	s.Served("devicetaintrules", false)
 	var errs []string
 	for _, r := range []string{"pods", "resourceclaims"} {
 		for _, reason := range selfmetrics.WatchErrorReasons {
@@ -365,6 +367,7 @@ func TestSelf(t *testing.T) {
 		fam("dra_exporter_index_rebuilds_total", ` 1`),
 		fam("dra_exporter_verdicts_held", ` 1`),
 		fam("dra_exporter_apiserver_up", ` 0`),
+		fam("dra_exporter_resource_served", `{resource="devicetaintrules"} 0`, `{resource="pods"} 1`),
 	)
 	compareAndLint(t, s, want)
 	s.APIServerUp(true)

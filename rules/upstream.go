@@ -22,11 +22,12 @@ var UpstreamMetrics = map[string]string{
 	// kube-controller-manager.
 	"workqueue_depth":                                         "client-go work queues {name}; the resourceclaim controller's is name=resource_claim",
 	"resourceclaim_controller_creates_total":                  "Kubernetes 1.34-1.36 counter {status, admin_access}",
-	"resourceclaim_controller_resource_claims":                "Kubernetes 1.34-1.36 gauge {allocated, admin_access, source}",
+	"resourceclaim_controller_resource_claims":                "Kubernetes 1.34-1.36 gauge {allocated, admin_access; source from 1.35}",
 	"dynamic_resource_allocation_resourceclaim_creates_total": "Kubernetes 1.37 counter {status, admin_access, owner_api_group, owner_api_kind}",
 	"dynamic_resource_allocation_resource_claims":             "Kubernetes 1.37 gauge {allocated, admin_access, source}",
 
 	// kube-scheduler.
+	"scheduler_resourceclaim_creates_total":       "Kubernetes 1.35-1.36 counter {status}: claims of extended-resource requests (1.37: dynamic_resource_allocation_resourceclaim_creates_total)",
 	"scheduler_plugin_execution_duration_seconds": "scheduler histogram {plugin, extension_point, status}",
 
 	// NVIDIA DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu), kubelet plugin.

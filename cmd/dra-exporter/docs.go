@@ -109,7 +109,7 @@ func renderReference(defs []*family.Def) string {
 	b.WriteString("| `collector` of `dra_node_scrape_collector_*` | `gpu`, `podresources`, `procmap`, `driver-checkpoint`, `join` |\n")
 	b.WriteString("| `stage` of `dra_claim_release_duration_seconds` | `unreserved`, `deallocated` |\n")
 	b.WriteString("| `stage` of `dra_pod_startup_duration_seconds` | `claim_created`, `allocated`, `bound`, `started`, `ready` |\n")
-	b.WriteString("| `resource` of self-metrics | `deviceclasses`, `resourceslices`, `resourceclaims`, `pods`, `nodes`, `events`, `devicetaintrules` (where served) |\n")
+	b.WriteString("| `resource` of self-metrics | `deviceclasses`, `resourceslices`, `resourceclaims`, `pods`, `nodes`, `events`, `devicetaintrules` (watched where served; `dra_exporter_resource_served` says which) |\n")
 
 	b.WriteString(renderGateReasons())
 

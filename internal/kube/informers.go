@@ -10,6 +10,8 @@ import (
 	"os"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -53,6 +55,9 @@ type Recorder interface {
 	// holds the resource as the API server has it now, and since when
 	// that holds (see WatchState).
 	TrackWatch(resource string, state func() (healthy bool, since time.Time))
+	// Served records whether the API server serves a resource, as
+	// discovery said at startup.
+	Served(resource string, served bool)
 }
 
 // RESTConfig loads the kubeconfig at path, else $KUBECONFIG, else the
@@ -122,11 +127,30 @@ func Start(ctx context.Context, client kubernetes.Interface, sink Sink, rec Reco
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	// What the API server serves, recorded for each watched resource
+	// (dra_exporter_resource_served): an informer of a resource that is not
+	// served never syncs. After a failed discovery every resource is
+	// watched, so that a transient error shows as watch errors rather than
+	// a silently missing kind.
+	served, err := servedResources(client)
+	if err != nil {
+		opts.Logger.Warn("discovery of resource.k8s.io/v1 failed: watching every resource, a watch's errors will tell one that is not served", "err", err)
+	}
 	var sources []source
 	for _, r := range Watched {
-		if r.Unserved != "" && !r.Served(client) {
+		switch {
+		case r.APIVersion != resourceapi.SchemeGroupVersion.String():
+			rec.Served(r.Name, true)
+		case served == nil:
+		case !served[r.Name] && r.Unserved != "":
+			rec.Served(r.Name, false)
 			opts.Logger.Info(fmt.Sprintf("the API server does not serve %s %s: %s", r.APIVersion, r.Name, r.Unserved))
 			continue
+		case !served[r.Name]:
+			rec.Served(r.Name, false)
+			opts.Logger.Error("the API server does not serve "+r.APIVersion+" "+r.Name+": the exporter needs Kubernetes 1.34 or later", "resource", r.Name)
+		default:
+			rec.Served(r.Name, true)
 		}
 		sources = append(sources, source{r.Name, r.object, r.listWatch(client, r.watchOptions)})
 	}
@@ -316,4 +340,25 @@ func sameVersion(a, b any) bool {
 	ma, err1 := meta.Accessor(a)
 	mb, err2 := meta.Accessor(b)
 	return err1 == nil && err2 == nil && ma.GetResourceVersion() != "" && ma.GetResourceVersion() == mb.GetResourceVersion()
+}
+
+// servedResources asks discovery which resources of resource.k8s.io/v1
+// the API server serves (before 1.37 devicetaintrules is not among them;
+// before 1.34 the group version is not served at all: an empty set). A
+// failed discovery returns nil and the error: the caller then watches
+// every resource, so that a transient error shows as watch errors rather
+// than a silently missing kind.
+func servedResources(client kubernetes.Interface) (map[string]bool, error) {
+	list, err := client.Discovery().ServerResourcesForGroupVersion(resourceapi.SchemeGroupVersion.String())
+	if apierrors.IsNotFound(err) {
+		return map[string]bool{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("discover %s: %w", resourceapi.SchemeGroupVersion, err)
+	}
+	served := map[string]bool{}
+	for _, r := range list.APIResources {
+		served[r.Name] = true
+	}
+	return served, nil
 }

@@ -189,6 +189,7 @@ func (r *fakeRecorder) Relisted(resource string)                    { r.mu.Lock(
 func (r *fakeRecorder) Rejected(resource string)                    { r.mu.Lock(); r.rejected[resource]++; r.mu.Unlock() }
 func (r *fakeRecorder) IndexRebuilt()                               { r.mu.Lock(); r.rebuilds++; r.mu.Unlock() }
 func (r *fakeRecorder) TrackSynced(string, func() bool)             {}
+func (r *fakeRecorder) Served(string, bool)                         {}
 func (r *fakeRecorder) TrackWatch(string, func() (bool, time.Time)) {}
 
 func (r *fakeRecorder) rebuildCount() int {

@@ -35,6 +35,7 @@ func (r *nodeRecorder) Relisted(string)                             {}
 func (r *nodeRecorder) IndexRebuilt()                               {}
 func (r *nodeRecorder) Rejected(string)                             {}
 func (r *nodeRecorder) TrackSynced(string, func() bool)             {}
+func (r *nodeRecorder) Served(string, bool)                         {}
 func (r *nodeRecorder) TrackWatch(string, func() (bool, time.Time)) {}
 func (r *nodeRecorder) ClaimFetchError(reason string)               { r.mu.Lock(); r.fetch[reason]++; r.mu.Unlock() }
 func (r *nodeRecorder) count(m map[string]int, k string) int {

@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -60,7 +59,7 @@ var Watched = []Resource{
 	},
 	{
 		Name: ResDeviceTaintRules, APIVersion: "resource.k8s.io/v1", Kind: "DeviceTaintRule", object: &resourceapi.DeviceTaintRule{},
-		Unserved: "device taints come from ResourceSlices only",
+		Unserved: "device taints come from ResourceSlices only (Kubernetes 1.37 serves it)",
 		client:   func(c kubernetes.Interface, _ string) typedClient { return typed(c.ResourceV1().DeviceTaintRules()) },
 	},
 	{
@@ -135,24 +134,6 @@ func (r Resource) listWatch(client kubernetes.Interface, tweak func(*metav1.List
 			return c.watch(ctx, opts(o))
 		},
 	}, client)
-}
-
-// Served asks discovery whether the API server serves the resource: an
-// informer of a resource that is not served never syncs, and the exporter
-// would render nothing. A failed discovery counts as served, so that a
-// transient error shows as watch errors rather than a silently missing
-// kind.
-func (r Resource) Served(client kubernetes.Interface) bool {
-	list, err := client.Discovery().ServerResourcesForGroupVersion(r.APIVersion)
-	if err != nil {
-		return !apierrors.IsNotFound(err)
-	}
-	for _, a := range list.APIResources {
-		if a.Name == r.Name {
-			return true
-		}
-	}
-	return false
 }
 
 // typedClient is a typed client's list and watch of one resource, with

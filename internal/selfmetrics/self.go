@@ -50,6 +50,10 @@ var (
 		"The shard of the cluster this exporter serves, when the exporter is sharded.",
 		"shard", "total_shards").Liveness().
 		WithDoc("Only with --total-shards above 1. Shard N serves the namespaces whose FNV-1a 32 hash mod total_shards is N; shard 0 also serves the cluster-scoped families and the latency histograms. count(dra_exporter_shard_info) below total_shards means a shard is missing. Always 1.")
+	resourceServed = family.New("dra_exporter_resource_served", family.TypeGauge,
+		"Whether the API server serves a resource the exporter reads (1) or not (0), as discovery said at startup.",
+		"resource").Liveness().
+		WithDoc("Asked once, at startup, of the discovery of resource.k8s.io/v1; pods, nodes and events (core/v1) are always 1. A resource at 0 is not watched and nothing is said from it: devicetaintrules before Kubernetes 1.37 (device taints then come from ResourceSlices alone, and no verdict names a DeviceTaintRule). deviceclasses, resourceslices or resourceclaims at 0 mean a cluster older than 1.34, which the exporter does not support: their informers never sync and /metrics carries only the self-metrics. The resource.k8s.io series are absent when discovery failed at startup: every resource is then watched, and dra_exporter_watch_errors_total{reason=\"not_found\"} names one that is not served. A cluster upgraded under a running exporter is asked again when the exporter restarts. Fields a release leaves off by default (partitionable devices, consumable capacity, binding conditions and device taints before 1.36) are dropped by the API server, so the exporter, like the scheduler, sees none: README.md's Kubernetes versions.")
 	objectsRejected = family.New("dra_exporter_objects_rejected_total", family.TypeCounter,
 		"Objects the index could not use, per resource.",
 		"resource").Liveness()
@@ -74,6 +78,7 @@ type Self struct {
 	mu      sync.Mutex
 	synced  map[string]func() bool
 	watches map[string]func() (bool, time.Time)
+	served  map[string]bool
 	held    func() bool
 	shard   shard.Shard
 }
@@ -90,13 +95,14 @@ func NewSelf() *Self {
 		now:      time.Now,
 		synced:   map[string]func() bool{},
 		watches:  map[string]func() (bool, time.Time){},
+		served:   map[string]bool{},
 	}
 }
 
 // Defs lists the self families.
 func (s *Self) Defs() []*family.Def {
 	return []*family.Def{informerSynced, eventsTotal, watchErrors, watchHealthy, watchStaleSeconds, relists, objectsRejected,
-		indexRebuilds, verdictsHeld, apiServerUp, shardInfo}
+		indexRebuilds, verdictsHeld, apiServerUp, shardInfo, resourceServed}
 }
 
 // WithClock sets the clock of dra_exporter_watch_stale_seconds (tests).
@@ -140,6 +146,13 @@ func (s *Self) TrackWatch(resource string, state func() (healthy bool, since tim
 	s.mu.Unlock()
 }
 
+// Served records whether the API server serves a resource (discovery).
+func (s *Self) Served(resource string, served bool) {
+	s.mu.Lock()
+	s.served[resource] = served
+	s.mu.Unlock()
+}
+
 // APIServerUp records the outcome of the last API server probe.
 func (s *Self) APIServerUp(up bool) { s.up.Set(family.BoolFloat(up)) }
 
@@ -167,6 +180,7 @@ func (s *Self) Describe(ch chan<- *prometheus.Desc) {
 	ch <- watchHealthy.Desc()
 	ch <- watchStaleSeconds.Desc()
 	ch <- verdictsHeld.Desc()
+	ch <- resourceServed.Desc()
 	s.events.Describe(ch)
 	s.errors.Describe(ch)
 	s.relists.Describe(ch)
@@ -191,6 +205,9 @@ func (s *Self) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(watchHealthy.Desc(), prometheus.GaugeValue, family.BoolFloat(healthy), resource)
 		ch <- prometheus.MustNewConstMetric(watchStaleSeconds.Desc(), prometheus.GaugeValue, stale, resource)
+	}
+	for resource, served := range s.served {
+		ch <- prometheus.MustNewConstMetric(resourceServed.Desc(), prometheus.GaugeValue, family.BoolFloat(served), resource)
 	}
 	if s.held != nil {
 		ch <- prometheus.MustNewConstMetric(verdictsHeld.Desc(), prometheus.GaugeValue, family.BoolFloat(s.held()))

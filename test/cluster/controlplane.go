@@ -1,6 +1,7 @@
 // Package cluster runs a real Kubernetes control plane (etcd,
 // kube-apiserver, kube-scheduler, kube-controller-manager, built from the Go
-// module proxy at one pinned release by `make controlplane`) on loopback, for
+// module proxy at a pinned release by `make controlplane`, or at an older
+// supported minor by `make controlplane-compat`) on loopback, for
 // dra-exporter's end-to-end tests and demo. Nodes are simulated: Node objects
 // with status, ResourceSlices shaped like the NVIDIA DRA driver's, and a test
 // that plays the kubelet's part.
@@ -42,6 +43,9 @@ type ControlPlane struct {
 	Kubeconfig string // admin kubeconfig path
 	Admin      *rest.Config
 	Client     kubernetes.Interface
+	// Version is the release of the binaries; the flags the harness
+	// passes and the features tests may rely on follow it.
+	Version Version
 
 	etcdURL string
 	opts    startOptions
@@ -114,7 +118,11 @@ func StartWithRealNode(ctx context.Context, binDir, dir string, node RealNodeOpt
 }
 
 func start(ctx context.Context, binDir, dir string, opts startOptions) (*ControlPlane, error) {
-	cp := &ControlPlane{Dir: dir, BinDir: binDir, opts: opts, procs: map[string]*process{}, ports: map[string]int{}}
+	v, err := BinaryVersion(binDir)
+	if err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{Dir: dir, BinDir: binDir, Version: v, opts: opts, procs: map[string]*process{}, ports: map[string]int{}}
 	if err := cp.start(ctx); err != nil {
 		cp.Stop()
 		return nil, err
@@ -192,22 +200,28 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	return cp.StartControllerManager(ctx)
 }
 
-// FeatureGates are the gates the harness turns on in kube-apiserver,
-// kube-scheduler and kube-controller-manager, beyond v1.37's defaults.
-// Partitionable devices, consumable capacity, device taints and binding
-// conditions are on by default in 1.37; gang scheduling (PodGroup,
-// scheduling.k8s.io/v1beta1, served with --runtime-config) and PodGroup
-// claims (DRAWorkloadResourceClaims) are beta and off.
-const FeatureGates = "GenericWorkload=true,DRAWorkloadResourceClaims=true"
+// versionFlags are the --feature-gates and --runtime-config of the
+// release (componentFlags), as command-line arguments; runtime-config only
+// for kube-apiserver.
+func (cp *ControlPlane) versionFlags(apiServer bool) []string {
+	gates, runtimeConfig := componentFlags(cp.Version)
+	var out []string
+	if gates != "" {
+		out = append(out, "--feature-gates="+gates)
+	}
+	if apiServer && runtimeConfig != "" {
+		out = append(out, "--runtime-config="+runtimeConfig)
+	}
+	return out
+}
 
 func (cp *ControlPlane) startScheduler(ctx context.Context) error {
 	port := strconv.Itoa(cp.ports["scheduler"])
-	if err := cp.spawn("kube-scheduler",
-		"--kubeconfig="+cp.Kubeconfig,
-		"--authentication-kubeconfig="+cp.Kubeconfig, "--authorization-kubeconfig="+cp.Kubeconfig,
-		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+port, "--v=1",
-		"--feature-gates="+FeatureGates,
-	); err != nil {
+	if err := cp.spawn("kube-scheduler", append([]string{
+		"--kubeconfig=" + cp.Kubeconfig,
+		"--authentication-kubeconfig=" + cp.Kubeconfig, "--authorization-kubeconfig=" + cp.Kubeconfig,
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=" + port, "--v=1",
+	}, cp.versionFlags(false)...)...); err != nil {
 		return err
 	}
 	return cp.waitHTTP(ctx, "kube-scheduler", "https://127.0.0.1:"+port+"/healthz", "")
@@ -218,16 +232,15 @@ func (cp *ControlPlane) startScheduler(ctx context.Context) error {
 func (cp *ControlPlane) StartControllerManager(ctx context.Context) error {
 	port := strconv.Itoa(cp.ports["controller-manager"])
 	certs := filepath.Join(cp.Dir, "certs")
-	if err := cp.spawn("kube-controller-manager",
-		"--kubeconfig="+cp.Kubeconfig,
-		"--authentication-kubeconfig="+cp.Kubeconfig, "--authorization-kubeconfig="+cp.Kubeconfig,
-		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+port,
-		"--service-account-private-key-file="+filepath.Join(certs, "sa.key"),
-		"--root-ca-file="+filepath.Join(certs, "apiserver.crt"),
-		"--controllers="+cp.controllers(),
-		"--feature-gates="+FeatureGates,
+	if err := cp.spawn("kube-controller-manager", append([]string{
+		"--kubeconfig=" + cp.Kubeconfig,
+		"--authentication-kubeconfig=" + cp.Kubeconfig, "--authorization-kubeconfig=" + cp.Kubeconfig,
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=" + port,
+		"--service-account-private-key-file=" + filepath.Join(certs, "sa.key"),
+		"--root-ca-file=" + filepath.Join(certs, "apiserver.crt"),
+		"--controllers=" + cp.controllers(),
 		"--v=1",
-	); err != nil {
+	}, cp.versionFlags(false)...)...); err != nil {
 		return err
 	}
 	return cp.waitHTTP(ctx, "kube-controller-manager", "https://127.0.0.1:"+port+"/healthz", "")
@@ -271,10 +284,8 @@ func (cp *ControlPlane) StartAPIServer(ctx context.Context) error {
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--endpoint-reconciler-type=none",
 		admission,
-		"--feature-gates=" + FeatureGates,
-		"--runtime-config=scheduling.k8s.io/v1beta1=true",
 		"--v=1",
-	}, nodeFlags...)...); err != nil {
+	}, append(cp.versionFlags(true), nodeFlags...)...)...); err != nil {
 		return err
 	}
 	return cp.waitHTTP(ctx, "kube-apiserver", cp.APIServer+"/readyz", AdminToken)
@@ -411,3 +422,35 @@ func freePort() (int, error) {
 
 // FreePort returns a loopback port that was free a moment ago.
 func FreePort() (int, error) { return freePort() }
+
+// ComponentMetrics returns the /metrics exposition of "kube-scheduler" or
+// "kube-controller-manager" (text format), read with the admin's token.
+func (cp *ControlPlane) ComponentMetrics(ctx context.Context, name string) (string, error) {
+	ports := map[string]string{"kube-scheduler": "scheduler", "kube-controller-manager": "controller-manager"}
+	port, ok := cp.ports[ports[name]]
+	if !ok {
+		return "", fmt.Errorf("no component %q with /metrics (kube-scheduler, kube-controller-manager)", name)
+	}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback, self-signed
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+AdminToken)
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("%s /metrics: %w", name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("%s /metrics: %w", name, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s /metrics: %s: %s", name, resp.Status, bytes.TrimSpace(body))
+	}
+	return string(body), nil
+}

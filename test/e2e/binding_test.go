@@ -22,7 +22,7 @@ import (
 // shows the condition; when the test (playing the attach controller) sets
 // it, the real scheduler binds the pod.
 func TestBindingConditions(t *testing.T) {
-	requireCluster(t)
+	requireFeature(t, cluster.FeatureBindingConditions)
 	ctx := context.Background()
 	ns := namespace(t, "e2e-binding")
 	const node, uuid = "fabric-node-1", "GPU-fabric-0000-0000-0000-000000000001"

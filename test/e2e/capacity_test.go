@@ -80,7 +80,7 @@ func exhausted(t *testing.T, ns, pod, evidence string) {
 // overlapping 4g.20gb stop being free, and a pod asking for the whole GPU
 // reads capacity_exhausted.
 func TestPartitionableDevices(t *testing.T) {
-	requireCluster(t)
+	requireFeature(t, cluster.FeaturePartitionableDevices)
 	const node = "part-node-1"
 	addSlicesNode(t, node, nvidia.PartitionableSlices(node, 1, "GPU-e2e-a100-0")...)
 	ns := namespace(t, "e2e-partitionable")
@@ -112,7 +112,7 @@ func TestPartitionableDevices(t *testing.T) {
 // share of its memory (shareID, consumedCapacity), the exporter exports
 // what is left, and a third claim asking more reads capacity_exhausted.
 func TestConsumableCapacity(t *testing.T) {
-	requireCluster(t)
+	requireFeature(t, cluster.FeatureConsumableCapacity)
 	const node = "share-node-1"
 	gpu := nvidia.WithMinor(nvidia.GPUDevice("gpu-0", "GPU-e2e-h200-0", nvidia.H200), 0)
 	gpu.AllowMultipleAllocations = ptr.To(true)

@@ -37,7 +37,8 @@ import (
 // read (and the deliberately broken ones of malformed-input) are left out,
 // as the loader leaves them out.
 func TestGoldenFixturesPassTheAPIServer(t *testing.T) {
-	requireCluster(t)
+	requireFeature(t, cluster.FeatureDeviceTaintRules, cluster.FeatureDeviceTaints, cluster.FeaturePartitionableDevices,
+		cluster.FeatureConsumableCapacity, cluster.FeatureBindingConditions, cluster.FeatureExtendedResource)
 	binDir, err := cluster.BinDir()
 	if err != nil {
 		t.Fatal(err)

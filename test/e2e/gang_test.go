@@ -18,13 +18,13 @@ import (
 
 // TestGangWaitsForQuorum runs gang scheduling on the real scheduler
 // (GenericWorkload, beta and off by default in 1.37: the harness turns it
-// on, cluster.FeatureGates): a PodGroup asks for two members and only one
+// on, cluster.FeatureGangScheduling): a PodGroup asks for two members and only one
 // exists. The scheduler holds it unbound with its claim unallocated, which
 // without the group would read scheduler/unallocated; the exporter says it
 // waits for its group and calls it blocked nowhere. The second member
 // completes the quorum and both are scheduled.
 func TestGangWaitsForQuorum(t *testing.T) {
-	requireCluster(t)
+	requireFeature(t, cluster.FeatureGangScheduling)
 	ctx := context.Background()
 	ns := namespace(t, "e2e-gang")
 	c := env.cp.Client
@@ -86,7 +86,7 @@ func TestGangWaitsForQuorum(t *testing.T) {
 // pods, and once the members run it is held by both, blocked for none and
 // leaked by nobody, live as from a dump.
 func TestPodGroupClaim(t *testing.T) {
-	requireCluster(t)
+	requireFeature(t, cluster.FeatureGangScheduling, cluster.FeaturePodGroupClaims)
 	ctx := context.Background()
 	ns := namespace(t, "e2e-podgroup-claim")
 	c := env.cp.Client

@@ -19,7 +19,7 @@ import (
 // read-only role, watches the rule and attributes both to the pod, claim
 // and device; the tainted device is no longer free.
 func TestDeviceHealthAndTaintRules(t *testing.T) {
-	requireCluster(t)
+	requireFeature(t, cluster.FeatureDeviceTaints, cluster.FeatureDeviceTaintRules)
 	ctx := context.Background()
 	ns := namespace(t, "e2e-health")
 	bound, claim, r := allocatedPod(t, ns, "llm-0")

@@ -76,7 +76,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer env.cp.Stop()
-	fmt.Printf("control plane ready in %s (logs in %s)\n", time.Since(start).Round(time.Millisecond), dir)
+	fmt.Printf("control plane %s ready in %s (logs in %s)\n", env.cp.Version, time.Since(start).Round(time.Millisecond), dir)
 	env.kubelet = cluster.Kubelet{Client: env.cp.Client}
 	if err := seed(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "seed:", err)
@@ -129,6 +129,20 @@ func requireCluster(t *testing.T) {
 		t.Skipf("e2e skipped (%s=1): %s", cluster.EnvSkip, env.skip)
 	}
 	t.Fatalf("e2e cannot run: %s", env.skip)
+}
+
+// requireFeature skips a test whose Kubernetes feature the control plane's
+// release does not have (make test-compat runs the suite on older
+// releases): the test would prove nothing there, and the exporter has
+// nothing of the feature to read.
+func requireFeature(t *testing.T, features ...cluster.Feature) {
+	t.Helper()
+	requireCluster(t)
+	for _, f := range features {
+		if why := env.cp.Version.Missing(f); why != "" {
+			t.Skip(why)
+		}
+	}
 }
 
 // namespace creates a namespace for one test and, at its end, force-deletes

@@ -293,11 +293,13 @@ func dumpCluster(ctx context.Context, path string) error {
 		return err
 	}
 	objs = withKind(objs, resourceapi.SchemeGroupVersion.WithKind("DeviceClass"), classes.Items)
-	rules, err := c.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return err
+	if env.cp.Version.Has(cluster.FeatureDeviceTaintRules) {
+		rules, err := c.ResourceV1().DeviceTaintRules().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		objs = withKind(objs, resourceapi.SchemeGroupVersion.WithKind("DeviceTaintRule"), rules.Items)
 	}
-	objs = withKind(objs, resourceapi.SchemeGroupVersion.WithKind("DeviceTaintRule"), rules.Items)
 	rs, err := c.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err

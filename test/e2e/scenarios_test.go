@@ -289,7 +289,7 @@ func TestRunningNotReady(t *testing.T) {
 // the extended resource (DRAExtendedResource). A pod on the device-plugin
 // node is counted in the other lane.
 func TestExtendedResourceLanes(t *testing.T) {
-	requireCluster(t)
+	requireFeature(t, cluster.FeatureExtendedResource)
 	ns := namespace(t, "e2e-lanes")
 	dra := cluster.PodWithGPUs(ns, "llm-ext", 1)
 	dra.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "gpu-node-2"}
@@ -350,8 +350,24 @@ func TestExporterIsReadOnly(t *testing.T) {
 			t.Errorf("informer not synced under the deploy ClusterRole: %s", s)
 		}
 	}
-	if n := len(m.Find("dra_exporter_informer_synced", nil)); n != 7 {
-		t.Errorf("want 7 informers (devicetaintrules is served by v1.37), got %d", n)
+	// devicetaintrules is served from 1.37: before, the exporter does not
+	// watch it and says so.
+	taintRules := env.cp.Version.Has(cluster.FeatureDeviceTaintRules)
+	informers := 6
+	if taintRules {
+		informers = 7
+	}
+	if n := len(m.Find("dra_exporter_informer_synced", nil)); n != informers {
+		t.Errorf("want %d informers on %s, got %d", informers, env.cp.Version, n)
+	}
+	for _, r := range []string{"deviceclasses", "resourceslices", "resourceclaims", "pods", "nodes", "events", "devicetaintrules"} {
+		want := 1.0
+		if r == "devicetaintrules" && !taintRules {
+			want = 0
+		}
+		if err := one(m, "dra_exporter_resource_served", map[string]string{"resource": r}, want); err != nil {
+			t.Errorf("on %s: %v", env.cp.Version, err)
+		}
 	}
 }
 

@@ -1,0 +1,11 @@
+// Command etcd is etcd's own server main, built at the version that the
+// pinned Kubernetes release requires.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() { etcdmain.Main(os.Args) }
