@@ -13,14 +13,13 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/testobj"
 )
 
-// nodeRows has a row per node, which says whether class (the link, when
-// linked) exists, and counts the rows it renders. panicAt makes the pass
+// nodeRows has a row per node, which says whether class exists (the
+// link, in linkedNodeRows), and counts the rows it renders. panicAt makes the pass
 // panic at that node, after rendering the rows before it.
 type nodeRows struct {
 	name    string
 	def     *family.Def
 	class   string
-	linked  bool
 	renders *atomic.Int32
 	panicAt string
 }
