@@ -200,21 +200,6 @@ func (cp *ControlPlane) start(ctx context.Context) error {
 	return cp.StartControllerManager(ctx)
 }
 
-// versionFlags are the --feature-gates and --runtime-config of the
-// release (componentFlags), as command-line arguments; runtime-config only
-// for kube-apiserver.
-func (cp *ControlPlane) versionFlags(apiServer bool) []string {
-	gates, runtimeConfig := componentFlags(cp.Version)
-	var out []string
-	if gates != "" {
-		out = append(out, "--feature-gates="+gates)
-	}
-	if apiServer && runtimeConfig != "" {
-		out = append(out, "--runtime-config="+runtimeConfig)
-	}
-	return out
-}
-
 func (cp *ControlPlane) startScheduler(ctx context.Context) error {
 	port := strconv.Itoa(cp.ports["scheduler"])
 	if err := cp.spawn("kube-scheduler", append([]string{

@@ -103,3 +103,18 @@ func (v Version) Missing(f Feature) string {
 	}
 	return fmt.Sprintf("Kubernetes %s has no %s: on by default from 1.%d", v, f.Name, f.Since)
 }
+
+// versionFlags are the --feature-gates and --runtime-config of the
+// release (componentFlags), as command-line arguments; runtime-config only
+// for kube-apiserver.
+func (cp *ControlPlane) versionFlags(apiServer bool) []string {
+	gates, runtimeConfig := componentFlags(cp.Version)
+	var out []string
+	if gates != "" {
+		out = append(out, "--feature-gates="+gates)
+	}
+	if apiServer && runtimeConfig != "" {
+		out = append(out, "--runtime-config="+runtimeConfig)
+	}
+	return out
+}
