@@ -172,7 +172,7 @@ test: ## Run every test: lint, race, unit, golden, rules (promtool), e2e on a re
 	@# waiting (API servers, kubelets, Prometheus) overlaps the next build. The real node's suite runs last,
 	@# beside no other suite: two control planes at once on two cores slow each other's timing.
 	@# promtool check/test rules run inside go test ./rules/ (TestPromtool*), with DRA_PROMTOOL set above.
-	$(MAKE) --no-print-directory -j2 test-suite-node
+	$(MAKE) --no-print-directory -j2 test-suite-compat
 
 # Every go command of make test builds with -trimpath, as make build, make image and the release do:
 # one compiled copy of each package serves the binaries and the tests (a cold run compiles the
@@ -181,7 +181,7 @@ TEST_GOFLAGS := GOFLAGS='-trimpath $(GOFLAGS)'
 
 # The build lane: each step waits for the one before (a chain of phony targets; each recipe is a
 # make of its own, -j1, so one go build runs at a time). The order is the suites' order of need.
-.PHONY: test-build-controlplane test-build-tools test-build-helm test-build-node-bins test-build-krew test-build-rollouts test-build-registry
+.PHONY: test-build-controlplane test-build-tools test-build-helm test-build-node-bins test-build-krew test-build-rollouts test-build-registry test-build-compat
 test-build-controlplane:
 	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 controlplane
 test-build-tools: test-build-controlplane
@@ -196,6 +196,9 @@ test-build-rollouts: test-build-krew
 	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 rollouts
 test-build-registry: test-build-rollouts
 	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 registry
+# The oldest supported minor's control plane, built beside the real node's suite.
+test-build-compat: test-build-registry
+	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 controlplane-compat K8S_COMPAT=$(COMPAT_OLDEST)
 
 # The test lane: what needs no tool first (beside the control plane's build), then the suites.
 .PHONY: test-units test-suite-tools test-suite-release test-suite-node
@@ -210,6 +213,10 @@ test-suite-release: test-suite-tools test-build-krew
 	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 release-test
 test-suite-node: test-suite-release test-build-registry
 	time $(TEST_GOFLAGS) $(GO) test -count=1 -timeout 20m ./test/nodee2e/
+# The core e2e subset on the oldest supported minor (issue 41); the newest runs the whole e2e suite
+# above (test-suite-tools), of which the subset is a part.
+test-suite-compat: test-suite-node test-build-compat
+	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 test-compat-run K8S_COMPAT=$(COMPAT_OLDEST) COMPAT_WITH_NEWEST=
 
 .PHONY: test-node
 test-node: build controlplane tools helm node-bins rollouts node-packages image ## Run only the real node's tests (test/nodee2e: kubelet, containerd, dra-example-driver).
@@ -445,6 +452,9 @@ test-node: $(REGISTRY_BIN) $(KREW_BIN)/.built
 COMPAT_VERSIONS := $(sort $(shell sed -n 's|^[[:space:]]*k8s.io/kubernetes \(v1\.[0-9]*\.[0-9]*\).*|\1|p' test/controlplane/compat/*/go.mod))
 # make controlplane-compat K8S_COMPAT=v1.34.5 builds one of them; the default, all.
 K8S_COMPAT ?= $(COMPAT_VERSIONS)
+COMPAT_OLDEST := $(firstword $(COMPAT_VERSIONS))
+# make test-compat runs the subset on $(K8S_VERSION) too; make test does not (its e2e suite holds it).
+COMPAT_WITH_NEWEST ?= $(K8S_VERSION)
 compat_minor = $(word 2,$(subst ., ,$(1)))
 compat_bin = $(CACHE)/controlplane/$(1)/bin
 
@@ -473,9 +483,11 @@ controlplane-compat: ## Build the control planes of the older supported minors (
 # series the rules' test replays (TestRulesOnRealUpstreamExpositions).
 COMPAT_TESTS := ^(TestUpstreamMetricNames|TestCanaryFromTemplate|TestSharedNamedClaim|TestCapacityExhausted|TestMissingDeviceClass|TestNegativeControlSelector|TestNodePrepareFailed|TestRunningNotReady|TestReleaseCycles|TestLeaksClearWhenControllerReturns|TestExporterIsReadOnly|TestAlertsFireAndResolve)$$
 
-.PHONY: test-compat
-test-compat: build tools controlplane controlplane-compat ## Run the core e2e subset on a real control plane of every supported minor, oldest first (K8S_COMPAT picks the older ones; not part of make test).
-	@failed=; for v in $(K8S_COMPAT) $(K8S_VERSION); do \
+.PHONY: test-compat test-compat-run
+test-compat: build tools controlplane controlplane-compat ## Run the core e2e subset on a real control plane of every supported minor, oldest first (K8S_COMPAT picks the older ones; make test runs the oldest).
+	@$(MAKE) --no-print-directory test-compat-run
+test-compat-run:
+	@failed=; for v in $(K8S_COMPAT) $(COMPAT_WITH_NEWEST); do \
 		echo ">> the core e2e subset on Kubernetes $$v"; \
 		start=$$(date +%s); \
 		DRA_E2E_CONTROLPLANE_BIN=$(CACHE)/controlplane/$$v/bin $(if $(UPSTREAM_OUT),DRA_E2E_UPSTREAM_OUT=$(abspath $(UPSTREAM_OUT))) $(GO) test -count=1 -timeout 20m -run '$(COMPAT_TESTS)' -v ./test/e2e/ || failed="$$failed $$v"; \

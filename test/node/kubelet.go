@@ -63,9 +63,18 @@ func (n *Node) apiPort() string {
 // kubeletConfig follows notes/realnode.md: cgroup v1 accepted
 // (failCgroupV1: false), the cgroupfs driver under the node's own
 // cgroupRoot, protectKernelDefaults (the covered sysctls hold what it
-// checks), no resolv.conf (no cluster DNS), swap tolerated, small eviction
-// thresholds. /metrics and the API need a token the API server authorizes
-// (webhook), as on a real node.
+// checks), no resolv.conf (no cluster DNS), swap tolerated, eviction
+// thresholds in absolute sizes. /metrics and the API need a token the API
+// server authorizes (webhook), as on a real node.
+//
+// The node's folders share the machine's disk, and a test machine's disk is
+// shared with other machines: a CI run once found it with under 1% free
+// (about 2.5 GB of 252 GB), the kubelet reported DiskPressure, tainted the
+// node, evicted the pods and removed the test images (ErrImageNeverPull in
+// every real-node test). Percent thresholds scale with a disk the tests do
+// not own; 200Mi free is what containerd and the pods here need. Image
+// garbage collection stays off (100%%): the images are imported once per run
+// and pulled with policy Never.
 func (n *Node) kubeletConfig() string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -92,9 +101,10 @@ authorization:
   mode: Webhook
 evictionHard:
   memory.available: 10Mi
-  nodefs.available: "1%%"
-  imagefs.available: "1%%"
-  nodefs.inodesFree: "1%%"
+  nodefs.available: 200Mi
+  imagefs.available: 200Mi
+  nodefs.inodesFree: "2000"
+  imagefs.inodesFree: "2000"
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 syncFrequency: 10s

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 	"github.com/dra-exporter/dra-exporter/test/node"
+	"golang.org/x/sys/unix"
 )
 
 // namespace creates a namespace for one test and deletes its pods at the
@@ -117,7 +118,27 @@ func describe(p *corev1.Pod) string {
 			fmt.Fprintf(&b, "  event %s %s: %s\n", e.Type, e.Reason, e.Message)
 		}
 	}
+	describeNode(&b)
 	return b.String()
+}
+
+// describeNode adds what the node itself says when it is the cause: a
+// pressure condition, its taints, and the disk the node's folders share.
+func describeNode(b *strings.Builder) {
+	n, err := env.cp.Client.CoreV1().Nodes().Get(context.Background(), "real-node", metav1.GetOptions{})
+	if err != nil {
+		fmt.Fprintf(b, "  node: %v\n", err)
+		return
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type != corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			fmt.Fprintf(b, "  node condition %s=True %s %s\n", c.Type, c.Reason, c.Message)
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		fmt.Fprintf(b, "  node taint %s=%s:%s\n", t.Key, t.Value, t.Effect)
+	}
+	fmt.Fprintf(b, "  %s\n", diskFree(env.root))
 }
 
 // claimOf returns the claim generated for the pod's claim "gpu".
@@ -320,4 +341,16 @@ func waitGone(t *testing.T, ns, claim string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// diskFree says how much of the filesystem holding dir is free: the kubelet
+// reports DiskPressure below its thresholds (test/node/kubelet.go).
+func diskFree(dir string) string {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return "disk free unknown: " + err.Error()
+	}
+	free := st.Bavail * uint64(st.Bsize)
+	total := st.Blocks * uint64(st.Bsize)
+	return fmt.Sprintf("disk %.1f GiB free of %.1f GiB, %d inodes free", float64(free)/(1<<30), float64(total)/(1<<30), st.Ffree)
 }

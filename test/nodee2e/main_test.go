@@ -63,7 +63,7 @@ func run(m *testing.M, root string) int {
 		fmt.Fprintln(os.Stderr, env.cp.Logs(20))
 		return fail("real node", err)
 	}
-	fmt.Printf("control plane and real node ready in %s (folder %s)\n", time.Since(start).Round(time.Millisecond), root)
+	fmt.Printf("control plane and real node ready in %s (folder %s, %s)\n", time.Since(start).Round(time.Millisecond), root, diskFree(root))
 	code := func() int {
 		if err := startWatchers(ctx); err != nil {
 			return fail("exporter, node agent, Prometheus", err)
