@@ -35,6 +35,7 @@ func ClusterCollectors(cfg Config) []engine.Collector {
 		NewDeviceCollector(cfg.AttributeLabels),
 		deviceClassCollector{memo: memo},
 		NewClaimCollector(),
+		NewClaimDeviceCollector(),
 		blockedCollector{memo: memo},
 		leakCollector{grace: cfg.UnreservedGrace, memo: memo},
 		conflictCollector{memo: memo},

@@ -120,6 +120,7 @@ func renderReference(defs []*family.Def) string {
 	b.WriteString("| `dra_claim_info`, `dra_claim_status` | 1 and 3 per claim |\n")
 	b.WriteString("| `dra_claim_allocation_info` | one per allocated device |\n")
 	b.WriteString("| `dra_claim_reserved_for_info` | one per reservation |\n")
+	b.WriteString("| `dra_claim_device_condition` | 3 per condition of an allocated device in a claim's status (none where the driver writes no status.devices) |\n")
 	b.WriteString("| `dra_pod_blocked` | one per blocked DRA pod |\n")
 	b.WriteString("| `dra_pod_lower_priority_holders` | at most one per blocked DRA pod (capacity_exhausted with lower-priority holders) |\n")
 	b.WriteString("| `dra_claim_reservation_leak` | one per leaked reservation (or claim) and device |\n")

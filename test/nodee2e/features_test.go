@@ -220,8 +220,18 @@ func TestDriverBindingConditions(t *testing.T) {
 	p := waitPod(t, ns, "held", "bound once its binding condition is True", 60*time.Second, func(p *corev1.Pod) bool { return p.Spec.NodeName != "" })
 	bound := time.Now()
 	waitPod(t, ns, "held", "Ready", 90*time.Second, ready)
-	eventually(t, env.exp, 30*time.Second, "no verdict on the running pod", func(m cluster.Metrics) error {
-		return none(m, "dra_pod_blocked", map[string]string{"namespace": ns})
+	eventually(t, env.exp, 30*time.Second, "no verdict on the running pod, the condition on /metrics", func(m cluster.Metrics) error {
+		if err := none(m, "dra_pod_blocked", map[string]string{"namespace": ns}); err != nil {
+			return err
+		}
+		cond := map[string]string{"namespace": ns, "claim": claim.Name, "driver": node.Driver, "pool": env.node.Name, "device": device, "condition": "BindingConditions"}
+		for status, want := range map[string]float64{"true": 1, "false": 0, "unknown": 0} {
+			cond["status"] = status
+			if err := one(m, "dra_claim_device_condition", cond, want); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	t.Logf("the scheduler held %s at least %s for its binding condition, and bound it to %s %s after the condition turned True",
 		p.Name, released.Sub(held).Round(time.Millisecond), p.Spec.NodeName, bound.Sub(released).Round(time.Millisecond))
