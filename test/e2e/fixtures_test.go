@@ -256,7 +256,7 @@ func (l *fixtureLoader) create(ctx context.Context, o runtime.Object) error {
 			})
 		}
 	case *corev1.Pod:
-		p, cerr := l.c.CoreV1().Pods(obj.Namespace).Create(ctx, obj, opts)
+		p, cerr := cluster.CreatePod(ctx, l.c, obj, opts)
 		if keep(p, cerr) {
 			p.Status = obj.Status
 			err = l.status(what, func() error {

@@ -182,7 +182,7 @@ func none(m cluster.Metrics, name string, labels map[string]string) error {
 
 func createPod(t *testing.T, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
-	created, err := env.cp.Client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
+	created, err := cluster.CreatePod(context.Background(), env.cp.Client, p, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod %s/%s: %v", p.Namespace, p.Name, err)
 	}
