@@ -28,7 +28,7 @@ type claimDeviceCollector struct{}
 // NewClaimDeviceCollector exports the conditions of each claim's devices.
 func NewClaimDeviceCollector() engine.Collector { return claimDeviceCollector{} }
 
-func (claimDeviceCollector) Name() string         { return "claim_device" }
+func (claimDeviceCollector) Name() string        { return "claim_device" }
 func (claimDeviceCollector) Defs() []*family.Def { return []*family.Def{claimDeviceCondition} }
 
 func (c claimDeviceCollector) Update(s *index.Snapshot, now time.Time, e *family.Emitter) error {

@@ -131,24 +131,36 @@ func (c *deviceCollector) Update(s *index.Snapshot, now time.Time, e *family.Emi
 // that consume its capacity (FanOut).
 func (c *deviceCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
 	for _, d := range s.Devices {
-		e := rows.Row(d)
-		if e == nil {
-			continue
-		}
-		// A slice of its own per series: the emitter keeps it.
-		lvs := make([]string, 0, 5+len(c.attrs))
-		lvs = append(lvs, d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device, d.GPUUUID)
-		for _, a := range c.attrs {
-			v, _ := d.Attribute(a.Attribute)
-			lvs = append(lvs, v)
-		}
-		e.Gauge(c.info, 1, lvs...)
-		if q, ok := capacity(d, "memory"); ok {
-			e.Gauge(c.memory, q, d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device)
-		}
-		for name, q := range s.RemainingCapacity(d) {
-			e.Gauge(c.remaining, q.AsApproximateFloat64(), d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device, string(name))
-		}
+		c.row(s, d, rows)
+	}
+}
+
+// RowsOf (engine.Partial) is EachRow over some devices: those whose
+// sharing claims changed (the fan-out entry's Back).
+func (c *deviceCollector) RowsOf(s *index.Snapshot, _ time.Time, objs []any, rows *engine.Rows) {
+	for _, o := range objs {
+		c.row(s, o.(*index.Device), rows)
+	}
+}
+
+func (c *deviceCollector) row(s *index.Snapshot, d *index.Device, rows *engine.Rows) {
+	e := rows.Row(d)
+	if e == nil {
+		return
+	}
+	// A slice of its own per series: the emitter keeps it.
+	lvs := make([]string, 0, 5+len(c.attrs))
+	lvs = append(lvs, d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device, d.GPUUUID)
+	for _, a := range c.attrs {
+		v, _ := d.Attribute(a.Attribute)
+		lvs = append(lvs, v)
+	}
+	e.Gauge(c.info, 1, lvs...)
+	if q, ok := capacity(d, "memory"); ok {
+		e.Gauge(c.memory, q, d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device)
+	}
+	for name, q := range s.RemainingCapacity(d) {
+		e.Gauge(c.remaining, q.AsApproximateFloat64(), d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device, string(name))
 	}
 }
 

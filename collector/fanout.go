@@ -46,6 +46,15 @@ var FanOut = map[string][]engine.Link{
 			}
 			return out
 		},
+		// The shareable devices a claim was (old record) or is allocated.
+		Back: func(s *index.Snapshot, changed any, out []any) []any {
+			for _, r := range changed.(*index.Claim).Results {
+				if d := s.Device(r.Device); d != nil && d.Shareable {
+					out = append(out, d)
+				}
+			}
+			return out
+		},
 	}},
 	"pod": {{
 		// dra_pod_info's lane: a Pending pod's extended resources are

@@ -218,3 +218,44 @@ func TestArchitectureNamesTheFanOut(t *testing.T) {
 		t.Errorf("docs/architecture.md's fan-out table has %d entries, collector.FanOut %d", len(rows), n)
 	}
 }
+
+// Every fan-out entry with a Back names, from a claim or pod its rows read,
+// the rows that read it: over every golden scenario, each row's key is
+// among Back of each claim or pod its entry's Of returns. A key Back left
+// out would keep that row stale when the store renders only the rows Back
+// names (engine's renderLinked).
+func TestLinkBacksTurnOfAround(t *testing.T) {
+	checked := 0
+	for _, dir := range scenarios(t) {
+		ix, collectors, clock := scenarioIndex(t, dir)
+		s := ix.SnapshotFromScratch()
+		for _, c := range collectors {
+			rc, ok := c.(engine.RowCollector)
+			if !ok {
+				continue
+			}
+			var keys []any
+			engine.TraceRows(rc, s, clock(), func(k any) { keys = append(keys, k) })
+			for _, l := range engine.LinksOf(c) {
+				if l.Back == nil {
+					continue
+				}
+				for _, k := range keys {
+					for _, rec := range l.Of(s, k, nil) {
+						switch r := rec.(type) {
+						case *index.Claim, *index.Pod:
+							checked++
+							if !slices.Contains(l.Back(s, r, nil), k) {
+								t.Errorf("%s: fan-out entry %q: the row of %s reads %s, whose Back does not name it",
+									filepath.Base(dir), l.Name, record(k), record(r))
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no row read a claim or pod through an entry with a Back: the check cannot fail")
+	}
+}

@@ -39,14 +39,21 @@ type Link struct {
 	// the row of key reads through the link; nil stands for a record
 	// looked for and missing.
 	Of func(s *index.Snapshot, key any, out []any) []any
+	// Back, where the linked records are claims or pods, is Of turned
+	// around: it appends the keys of the rows that read a claim or pod
+	// record (old or new) through the link. With it, a change of claims
+	// or pods alone renders those rows alone instead of looking up every
+	// row's links (TestLinkBacksTurnOfAround holds it to Of).
+	Back func(s *index.Snapshot, changed any, out []any) []any
 }
 
-// Partial is a row collector whose rows are one per claim, or one per pod,
-// and that can render the rows of some of them: RowsOf is EachRow over objs
-// (records of s) alone. While only such objects changed of what its rows
-// read, the store takes them from the index's change sets
-// (index.Snapshot.Changed) and hands it those alone, instead of a pass
-// over every object.
+// Partial is a row collector that can render the rows of some objects:
+// RowsOf is EachRow over objs (records of s) alone. Its rows are one per
+// claim, or one per pod, or read claims or pods only through links that
+// turn around (Link.Back: RowsOf is then handed the keys Back names).
+// While only such objects changed of what its rows read, the store takes
+// them from the index's change sets (index.Snapshot.Changed) and hands it
+// those alone, instead of a pass over every object.
 type Partial interface {
 	RowsOf(s *index.Snapshot, now time.Time, objs []any, rows *Rows)
 }

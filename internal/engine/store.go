@@ -197,6 +197,9 @@ func (set *rowSet) render(x *Exporter, c RowCollector, s *index.Snapshot, now ti
 		if objs, gone, ok := set.changed(s); ok {
 			return set.renderSome(x, c, pc, s, now, objs, gone)
 		}
+		if keys, ok := set.linkedChanged(s, LinksOf(c)); ok {
+			return set.renderLinked(x, c, pc, s, now, keys)
+		}
 	}
 	p := &Rows{set: set, x: x, s: s, links: LinksOf(c)}
 	var linkKinds index.Kinds
@@ -232,68 +235,6 @@ func (set *rowSet) render(x *Exporter, c RowCollector, s *index.Snapshot, now ti
 		}
 	}
 	return set.apply(c.Defs(), p.fresh, dropped)
-}
-
-// changed returns, when the rows are keyed on claims alone or on pods
-// alone and nothing else they read changed since the last pass, the
-// records of those written since (objs) and the records they replaced or
-// that were deleted (gone), from the index's change sets; false when the
-// rows must be brought to s by a whole pass.
-func (set *rowSet) changed(s *index.Snapshot) (objs, gone []any, ok bool) {
-	if set.rows == nil || !s.Version().Unchanged(set.version, set.reads&^set.keyKinds) {
-		return nil, nil, false
-	}
-	claims, pods, ok := s.Changed(set.version)
-	if !ok {
-		return nil, nil, false
-	}
-	switch set.keyKinds {
-	case index.KindsOf(index.KindClaim):
-		for k, old := range claims {
-			objs, gone = changedRecord(objs, gone, old, s.Claim(k))
-		}
-	case index.KindsOf(index.KindPod):
-		for k, old := range pods {
-			objs, gone = changedRecord(objs, gone, old, s.Pod(k))
-		}
-	default:
-		return nil, nil, false
-	}
-	return objs, gone, true
-}
-
-// changedRecord adds a changed object's current record (nil: deleted) to
-// objs and its old one (nil: new) to gone, unless they are the same.
-func changedRecord[R any](objs, gone []any, old, cur *R) ([]any, []any) {
-	if old == cur {
-		return objs, gone
-	}
-	if old != nil {
-		gone = append(gone, old)
-	}
-	if cur != nil {
-		objs = append(objs, cur)
-	}
-	return objs, gone
-}
-
-// renderSome brings the rows to s by rendering the rows of objs alone and
-// dropping those keyed on gone: the rest are as they were.
-func (set *rowSet) renderSome(x *Exporter, c RowCollector, pc Partial, s *index.Snapshot, now time.Time, objs, gone []any) error {
-	var dropped []*row
-	for _, key := range gone {
-		if r := set.rows[key]; r != nil {
-			delete(set.rows, key)
-			dropped = append(dropped, r)
-		}
-	}
-	// The same pass: a fresh row is seen in it, as the kept ones were.
-	p := &Rows{set: set, x: x, s: s, links: LinksOf(c)}
-	if _, err := x.run(rowsOnly{c, func(s *index.Snapshot, now time.Time) { pc.RowsOf(s, now, objs, p) }}, s, now); err != nil {
-		return err
-	}
-	set.version = s.Version()
-	return set.apply(c.Defs(), p.fresh, append(p.replaced, dropped...))
 }
 
 // apply renders the fresh rows and takes the dropped rows' lines out of
