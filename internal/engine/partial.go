@@ -59,21 +59,24 @@ func (set *rowSet) linkedChanged(s *index.Snapshot, links []Link) (keys []any, o
 	if !ok {
 		return nil, false
 	}
-	var changedClaims, changedPods []any
+	// A changed object's new and old records, both: Back names the rows
+	// that read either.
+	var claimRecs, oldClaims, podRecs, oldPods []any
 	for k, old := range claims {
-		changedClaims = appendRecords(changedClaims, old, s.Claim(k))
+		claimRecs, oldClaims = changedRecord(claimRecs, oldClaims, old, s.Claim(k))
 	}
 	for k, old := range pods {
-		changedPods = appendRecords(changedPods, old, s.Pod(k))
+		podRecs, oldPods = changedRecord(podRecs, oldPods, old, s.Pod(k))
 	}
+	claimRecs, podRecs = append(claimRecs, oldClaims...), append(podRecs, oldPods...)
 	seen := map[any]bool{}
 	for _, l := range links {
 		var changed []any
 		if l.Kinds&index.KindsOf(index.KindClaim) != 0 {
-			changed = append(changed, changedClaims...)
+			changed = append(changed, claimRecs...)
 		}
 		if l.Kinds&index.KindsOf(index.KindPod) != 0 {
-			changed = append(changed, changedPods...)
+			changed = append(changed, podRecs...)
 		}
 		for _, rec := range changed {
 			for _, key := range l.Back(s, rec, nil) {
@@ -89,18 +92,6 @@ func (set *rowSet) linkedChanged(s *index.Snapshot, links []Link) (keys []any, o
 		}
 	}
 	return keys, true
-}
-
-// appendRecords appends a changed object's old and current records, those
-// that exist.
-func appendRecords[R any](out []any, old, cur *R) []any {
-	if old != nil {
-		out = append(out, old)
-	}
-	if cur != nil && cur != old {
-		out = append(out, cur)
-	}
-	return out
 }
 
 // renderLinked brings the rows to s by rendering again the rows of keys

@@ -24,13 +24,13 @@ func CreatePod(ctx context.Context, c kubernetes.Interface, p *corev1.Pod, opts 
 	var err error
 	_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		created, err = c.CoreV1().Pods(p.Namespace).Create(ctx, p, opts)
-		return !PriorityClassNotYetSeen(err), nil
+		return !priorityClassNotYetSeen(err), nil
 	})
 	return created, err
 }
 
-// PriorityClassNotYetSeen says whether err is the Priority admission
+// priorityClassNotYetSeen says whether err is the Priority admission
 // plugin's refusal of a class its cache does not hold yet.
-func PriorityClassNotYetSeen(err error) bool {
+func priorityClassNotYetSeen(err error) bool {
 	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "no PriorityClass with name")
 }
