@@ -40,6 +40,7 @@ type options struct {
 	compareSelf   string
 	compareSynced string
 	churnRate     float64
+	concurrent    int
 	out           string
 	dir           string
 	keep          bool
@@ -66,6 +67,7 @@ func cli(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.compareSelf, "compare-self-metrics", "http://127.0.0.1:{telemetry_port}/metrics", "Where the compared exporter serves its go_memstats.")
 	fs.StringVar(&o.compareSynced, "compare-synced-family", "kube_pod_info", "A family of the compared exporter that has one series per pod once it has synced (its /readyz may not wait); empty: trust /readyz.")
 	fs.Float64Var(&o.churnRate, "churn-rate", 0, "Writes per second (pod readiness flips, claim device status, new Warning events, claim annotations) during a second round of as many scrapes, at least a second apart; 0: no churn round.")
+	fs.IntVar(&o.concurrent, "concurrent", 48, "Scrapes at once in the concurrent bursts (protobuf, then text), after 10 protobuf scrapes one after another; 0: neither.")
 	fs.StringVar(&o.out, "out", "bin/bench-scale", "Directory for scale-<N>.json and scale-<N>.md.")
 	fs.StringVar(&o.dir, "dir", "", "Working directory for the control plane (default: a temporary one, removed unless -keep).")
 	fs.BoolVar(&o.keep, "keep", false, "Keep the working directory (logs, etcd data).")
@@ -189,6 +191,7 @@ func run(ctx context.Context, o options, logf func(string, ...any)) (*Report, er
 	if o.churnRate > 0 {
 		m.churn = newChurner(client, c, o.churnRate)
 	}
+	m.concurrent = o.concurrent
 	port, err := cluster.FreePort()
 	if err != nil {
 		return nil, err

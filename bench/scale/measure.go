@@ -82,6 +82,10 @@ type Result struct {
 	ChurnInconsistency string `json:"churn_inconsistency,omitempty"`
 	ChurnClaimsChecked int    `json:"churn_claims_checked,omitempty"`
 	RSSAfterChurnBytes int64  `json:"rss_after_churn_bytes,omitempty"`
+
+	// Formats: protobuf scrapes and concurrent bursts (formats.go), after
+	// the text scrapes and before the churn round.
+	Formats *Formats `json:"formats,omitempty"`
 }
 
 type measurer struct {
@@ -91,6 +95,9 @@ type measurer struct {
 	client                *http.Client
 	// churn, when set, changes objects during a second round of scrapes.
 	churn *churner
+	// concurrent, when set, is the size of the bursts of concurrent
+	// scrapes (formats.go).
+	concurrent int
 }
 
 func newMeasurer(apiserverPID, etcdPID int, dir string, scrapes int) *measurer {
@@ -185,6 +192,16 @@ func (m *measurer) measure(ctx context.Context, t Target, logf func(string, ...a
 		return fail(fmt.Errorf("gzip scrape: %w", err))
 	}
 	r.GzipScrapeSeconds, r.GzipBytes = d.Seconds(), int64(len(gz))
+
+	if m.concurrent > 0 {
+		if r.Formats, err = m.formats(ctx, t, pid, 10, m.concurrent); err != nil {
+			return fail(err)
+		}
+		f := r.Formats
+		logf("%s: protobuf scrape p50 %.2fs (%s); %d at once: protobuf p50 %.2fs, RSS %s -> %s (%d failed), text p50 %.2fs, RSS %s -> %s (%d failed)",
+			t.Name, f.ProtoP50Seconds, f.ProtoContentType, f.Concurrent, f.ProtoBurst.P50Seconds, mib(f.ProtoBurst.IdleRSSBytes), mib(f.ProtoBurst.PeakRSSBytes), f.ProtoBurst.Failed,
+			f.TextBurst.P50Seconds, mib(f.TextBurst.IdleRSSBytes), mib(f.TextBurst.PeakRSSBytes), f.TextBurst.Failed)
+	}
 
 	self := last
 	if t.SelfURL != "" && t.SelfURL != t.MetricsURL {

@@ -165,6 +165,47 @@ func (r *Report) Markdown() string {
 	row("text bytes", func(x *Result) float64 { return float64(x.Bytes) }, mb)
 	row("gzip bytes", func(x *Result) float64 { return float64(x.GzipBytes) }, mb)
 	row("CPU µs per series", func(x *Result) float64 { return x.CPUMicrosPerSeries }, func(v float64) string { return fmt.Sprintf("%.1f", v) })
+	if f := r.Results[0].Formats; f != nil {
+		formats := func(val func(*Formats) float64) func(*Result) float64 {
+			return func(x *Result) float64 {
+				if x.Formats == nil {
+					return 0
+				}
+				return val(x.Formats)
+			}
+		}
+		row(fmt.Sprintf("scrape p50 (%d, asking for protobuf)", len(f.ProtoScrapes)), formats(func(f *Formats) float64 { return f.ProtoP50Seconds }), secs)
+		row("protobuf p50 / text p50", func(x *Result) float64 {
+			if x.Formats == nil || x.ScrapeP50Seconds == 0 {
+				return 0
+			}
+			return x.Formats.ProtoP50Seconds / x.ScrapeP50Seconds
+		}, func(v float64) string { return fmt.Sprintf("%.2fx", v) })
+		fmt.Fprintf(&b, "| answered protobuf with |")
+		for _, x := range r.Results {
+			if x.Formats != nil {
+				fmt.Fprintf(&b, " %s |", strings.SplitN(x.Formats.ProtoContentType, ";", 2)[0])
+			} else {
+				b.WriteString(" |")
+			}
+		}
+		if compare {
+			b.WriteString(" |")
+		}
+		b.WriteString("\n")
+		for _, burst := range []struct {
+			name string
+			of   func(*Formats) *Burst
+		}{{"protobuf", func(f *Formats) *Burst { return &f.ProtoBurst }}, {"text", func(f *Formats) *Burst { return &f.TextBurst }}} {
+			name := fmt.Sprintf("%d %s scrapes at once (gzip)", f.Concurrent, burst.name)
+			row(name+": RSS before", formats(func(f *Formats) float64 { return float64(burst.of(f).IdleRSSBytes) }), mem)
+			row(name+": peak RSS", formats(func(f *Formats) float64 { return float64(burst.of(f).PeakRSSBytes) }), mem)
+			row(name+": peak / before", formats(func(f *Formats) float64 { return burst.of(f).PeakOverIdle }), func(v float64) string { return fmt.Sprintf("%.2fx", v) })
+			row(name+": p50", formats(func(f *Formats) float64 { return burst.of(f).P50Seconds }), secs)
+			row(name+": slowest", formats(func(f *Formats) float64 { return burst.of(f).MaxSeconds }), secs)
+			row(name+": failed", formats(func(f *Formats) float64 { return float64(burst.of(f).Failed) }), count)
+		}
+	}
 	if ch := r.Results[0].Churn; ch != nil {
 		fmt.Fprintf(&b, "| **under churn** (%.0f writes/s: readiness flips, device status, events, annotations) |%s\n", ch.Rate,
 			strings.Repeat(" |", len(r.Results)+len(r.Results)/2))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dra-exporter/dra-exporter/test/cluster"
@@ -22,7 +23,7 @@ func TestSmallRun(t *testing.T) {
 		}
 		t.Fatalf("set %s and DRA_E2E_EXPORTER (make test does)", cluster.EnvBinDir)
 	}
-	o := options{n: 300, workers: 8, scrapes: 12, churnRate: 20, controlPlane: bin, exporter: exporter, dir: filepath.Join(t.TempDir(), "cp")}
+	o := options{n: 300, workers: 8, scrapes: 12, churnRate: 20, concurrent: 8, controlPlane: bin, exporter: exporter, dir: filepath.Join(t.TempDir(), "cp")}
 	rep, err := run(context.Background(), o, t.Logf)
 	if err != nil {
 		t.Fatal(err)
@@ -56,6 +57,18 @@ func TestSmallRun(t *testing.T) {
 		t.Errorf("churn round: %d scrapes, p50 %.3f, RSS %d", len(r.ChurnScrapes), r.ChurnScrapeP50Seconds, r.RSSAfterChurnBytes)
 	} else if r.ChurnInconsistent > 0 || r.ChurnClaimsChecked != rep.Cluster.Claims {
 		t.Errorf("churn round: %d inconsistent scrapes (%s), %d claims checked of %d", r.ChurnInconsistent, r.ChurnInconsistency, r.ChurnClaimsChecked, rep.Cluster.Claims)
+	}
+	if f := r.Formats; f == nil {
+		t.Error("no protobuf scrapes or bursts")
+	} else {
+		if !strings.HasPrefix(f.ProtoContentType, "application/vnd.google.protobuf") || len(f.ProtoScrapes) != 10 || f.ProtoP50Seconds <= 0 || f.ProtoBytes <= 0 {
+			t.Errorf("protobuf scrapes: %q, %d, p50 %.3f, %d bytes", f.ProtoContentType, len(f.ProtoScrapes), f.ProtoP50Seconds, f.ProtoBytes)
+		}
+		for name, b := range map[string]Burst{"protobuf": f.ProtoBurst, "text": f.TextBurst} {
+			if b.Failed > 0 || b.P50Seconds <= 0 || b.MaxSeconds < b.P50Seconds || b.IdleRSSBytes < 10<<20 || b.PeakRSSBytes < b.IdleRSSBytes {
+				t.Errorf("%s burst: %+v", name, b)
+			}
+		}
 	}
 	// About 9.5 series per claim (bench/README.md), and at least one per pod.
 	if r.Series < rep.Cluster.Pods || r.Series > 20*rep.Cluster.Claims {

@@ -31,7 +31,9 @@ import (
 // object that another object's row reads through it (linkRewrites), and
 // the test fails unless each of them changed that row's family somewhere.
 // A row that reads an object its collector's links do not name, or a join
-// kept past a change it depends on, shows here as a stale family.
+// kept past a change it depends on, shows here as a stale family. The text
+// exporter's families are written in protobuf too after every step, from
+// the encodings its kept chunks keep, and must match the fresh ones'.
 func TestKeptFamiliesMatchAFreshScrape(t *testing.T) {
 	now, _ := time.Parse(time.RFC3339, goldenNow)
 	clock := func() time.Time { return now }
@@ -65,10 +67,16 @@ func TestKeptFamiliesMatchAFreshScrape(t *testing.T) {
 				steps++
 				var fresh []byte
 				for _, om := range []bool{true, false} {
-					got, want := join(kept[om].TextFamilies(om)), join(exporter(scratch{ix}).TextFamilies(om))
+					keptFamilies, freshFamilies := kept[om].TextFamilies(om), exporter(scratch{ix}).TextFamilies(om)
+					got, want := join(keptFamilies), join(freshFamilies)
 					if !bytes.Equal(got, want) {
 						t.Fatalf("%s pass %d: after %s %s the kept families differ from a fresh scrape (openmetrics %v):\n%s",
 							filepath.Base(dir), pass, what, describe(obj), om, firstDiff(got, want))
+					}
+					// Protobuf from the kept chunks' kept encodings.
+					if !om && !bytes.Equal(joinProto(t, keptFamilies), joinProto(t, freshFamilies)) {
+						t.Fatalf("%s pass %d: after %s %s the kept families' protobuf differs from a fresh scrape's",
+							filepath.Base(dir), pass, what, describe(obj))
 					}
 					fresh = want
 				}
@@ -210,6 +218,16 @@ func identity(n int) []int {
 		out[i] = i
 	}
 	return out
+}
+
+func joinProto(t *testing.T, families []engine.Family) []byte {
+	var buf bytes.Buffer
+	for _, f := range families {
+		if _, err := f.WriteProtoTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return buf.Bytes()
 }
 
 func join(families []engine.Family) []byte {

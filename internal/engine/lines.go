@@ -29,7 +29,21 @@ type line struct {
 // dropped from and merged into).
 type lineSeq struct {
 	chunks [][]line
+	// protos are the chunks' series in protobuf (proto.go), protos[c]
+	// chunks[c]'s: encoded by the first protobuf scrape that writes the
+	// chunk and shared by every scrape after it, concurrent ones included,
+	// while the chunk is kept.
+	protos []*chunkProto
 	n      int
+}
+
+// newSeq makes a sequence of new chunks.
+func newSeq(chunks [][]line, n int) lineSeq {
+	s := lineSeq{chunks: chunks, n: n, protos: make([]*chunkProto, len(chunks))}
+	for c := range s.protos {
+		s.protos[c] = new(chunkProto)
+	}
+	return s
 }
 
 // chunkLines is the size of a chunk as a pass makes them; a chunk that
@@ -80,7 +94,7 @@ func (s lineSeq) update(drop []linePos, add []line) lineSeq {
 		return s
 	}
 	if len(s.chunks) == 0 {
-		return lineSeq{chunks: split(add), n: len(add)}
+		return newSeq(split(add), len(add))
 	}
 	// The lines each touched chunk loses and gains. A line after every
 	// line goes to the last chunk.
@@ -93,20 +107,27 @@ func (s lineSeq) update(drop []linePos, add []line) lineSeq {
 		c := min(s.chunkFor(l), len(s.chunks)-1)
 		adds[c] = append(adds[c], l)
 	}
-	out := lineSeq{chunks: make([][]line, 0, len(s.chunks)+len(add)/chunkLines+1), n: s.n - len(drop) + len(add)}
+	size := len(s.chunks) + len(add)/chunkLines + 1
+	out := lineSeq{chunks: make([][]line, 0, size), protos: make([]*chunkProto, 0, size), n: s.n - len(drop) + len(add)}
 	for c, chunk := range s.chunks {
 		d, a := drops[c], adds[c]
 		if len(d) == 0 && len(a) == 0 {
 			out.chunks = append(out.chunks, chunk)
+			out.protos = append(out.protos, s.protos[c])
 			continue
 		}
 		// A new slice: without copies when d has lines, mergeLines
 		// when both runs have lines, and a alone is this pass's.
 		next := mergeLines(without(chunk, d), a)
+		var made [][]line
 		if len(next) > 2*chunkLines {
-			out.chunks = append(out.chunks, split(next)...)
+			made = split(next)
 		} else if len(next) > 0 {
-			out.chunks = append(out.chunks, next)
+			made = [][]line{next}
+		}
+		for _, m := range made {
+			out.chunks = append(out.chunks, m)
+			out.protos = append(out.protos, new(chunkProto))
 		}
 	}
 	return out

@@ -7,7 +7,9 @@ package engine
 // values unescaped, its value parsed) and encoded as client_golang's
 // Gather and expfmt's delimited encoder would encode the const gauge it
 // came from, byte for byte (TestProtoMatchesGather). A protobuf scrape
-// therefore runs no collector that a text scrape would not.
+// therefore runs no collector that a text scrape would not, and a kept
+// chunk of lines keeps its encoding too (chunkProto): an unchanged
+// cluster's protobuf scrape writes bytes, as a text scrape does.
 
 import (
 	"encoding/binary"
@@ -39,46 +41,89 @@ const (
 
 // WriteProtoTo writes the family as one length-delimited protobuf
 // MetricFamily. Every family the exporter renders is a gauge family (the
-// collectors emit gauges only). A message starts with its length, so the
-// family's message is encoded whole into a buffer first (reused across
-// calls; the largest family at 100k claims is about 30 MB), then written.
+// collectors emit gauges only). A message starts with its length: the
+// family's own fields and the series of its text (a family rendered whole)
+// are encoded into a buffer, and a family of rows adds its chunks' series
+// as each chunk keeps them encoded (chunkProto), so a scrape encodes only
+// the chunks a change made since the last protobuf scrape, and concurrent
+// scrapes write the same encoded chunks instead of a copy of the family
+// each.
 func (f Family) WriteProtoTo(w io.Writer) (int64, error) {
 	d := f.def
 	bp := protoBuffers.Get().(*[]byte)
 	defer protoBuffers.Put(bp)
-	body := (*bp)[:0]
-	body = protowire.AppendTag(body, familyName, protowire.BytesType)
-	body = protowire.AppendString(body, d.Name)
-	body = protowire.AppendTag(body, familyHelp, protowire.BytesType)
-	body = protowire.AppendString(body, d.Help)
-	body = protowire.AppendTag(body, familyType, protowire.VarintType)
-	body = protowire.AppendVarint(body, metricTypeGauge)
-	f.eachSeries(func(line []byte) { body = appendMetric(body, d, line) })
-	*bp = body
-	var head [binary.MaxVarintLen64]byte
-	n, err := w.Write(protowire.AppendVarint(head[:0], uint64(len(body))))
-	if err != nil {
-		return int64(n), err
+	head := (*bp)[:0]
+	head = protowire.AppendTag(head, familyName, protowire.BytesType)
+	head = protowire.AppendString(head, d.Name)
+	head = protowire.AppendTag(head, familyHelp, protowire.BytesType)
+	head = protowire.AppendString(head, d.Help)
+	head = protowire.AppendTag(head, familyType, protowire.VarintType)
+	head = protowire.AppendVarint(head, metricTypeGauge)
+	eachTextSeries(f.text, func(line []byte) { head = appendMetric(head, d, line) })
+	*bp = head
+	size := len(head)
+	for c := range f.lines.chunks {
+		size += len(f.lines.proto(c, d))
 	}
-	m, err := w.Write(body)
-	return int64(n + m), err
+	var lenBytes [binary.MaxVarintLen64]byte
+	n, err := w.Write(protowire.AppendVarint(lenBytes[:0], uint64(size)))
+	total := int64(n)
+	if err != nil {
+		return total, err
+	}
+	n, err = w.Write(head)
+	total += int64(n)
+	for c := range f.lines.chunks {
+		if err != nil {
+			break
+		}
+		n, err = w.Write(f.lines.proto(c, d))
+		total += int64(n)
+	}
+	return total, err
 }
 
-// protoBuffers hold the families' messages while they are encoded.
+// protoBuffers hold the families' own fields while they are encoded.
 var protoBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
-// eachSeries calls fn with each series line of the family (without the
-// HELP and TYPE lines), in order.
-func (f Family) eachSeries(fn func(line []byte)) {
-	for text := f.text; len(text) > 0; {
+// chunkProto is one chunk's series as the Metric fields of their family's
+// message, encoded once.
+type chunkProto struct {
+	once sync.Once
+	b    []byte
+}
+
+// proto returns chunk c's series encoded, encoding them on the first call.
+func (s lineSeq) proto(c int, d *family.Def) []byte {
+	if c >= len(s.protos) || s.protos[c] == nil { // not made by newSeq or update
+		return encodeChunk(nil, s.chunks[c], d)
+	}
+	p := s.protos[c]
+	p.once.Do(func() {
+		bp := protoBuffers.Get().(*[]byte)
+		defer protoBuffers.Put(bp)
+		*bp = encodeChunk((*bp)[:0], s.chunks[c], d)
+		p.b = slices.Clone(*bp)
+	})
+	return p.b
+}
+
+func encodeChunk(buf []byte, chunk []line, d *family.Def) []byte {
+	for _, l := range chunk {
+		buf = appendMetric(buf, d, l.text)
+	}
+	return buf
+}
+
+// eachTextSeries calls fn with each series line of text (without the HELP
+// and TYPE lines), in order.
+func eachTextSeries(text []byte, fn func(line []byte)) {
+	for len(text) > 0 {
 		n := indexNewline(text) + 1
 		if text[0] != '#' {
 			fn(text[:n])
 		}
 		text = text[n:]
-	}
-	for l := range f.lines.all {
-		fn(l.text)
 	}
 }
 

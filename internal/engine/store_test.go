@@ -2,6 +2,8 @@ package engine
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -243,4 +245,57 @@ func TestStoreRendersTheChangedPodsAlone(t *testing.T) {
 	ix.Snapshot() // a snapshot the store does not see
 	testobj.Upsert(t, ix, pod("p-5"), true)
 	check("two snapshots on", 2, 2)
+}
+
+// A family of rows keeps each chunk's protobuf encoding across scrapes: a
+// scrape after one row's change encodes the chunk that changed, shares
+// every other chunk's encoding with the scrape before, and writes what a
+// fresh exporter writes.
+func TestStoreKeepsChunkEncodings(t *testing.T) {
+	var nodes []any
+	for i := range 3 * chunkLines {
+		nodes = append(nodes, testobj.Node(fmt.Sprintf("node-%04d", i), 0))
+	}
+	ix := testobj.Build(t, index.Config{}, nodes...)
+	var renders atomic.Int32
+	x := NewExporter(ix, nil, false, nil, newNodeRows("rows", &renders))
+	proto := func(x *Exporter) ([]byte, lineSeq) {
+		t.Helper()
+		var buf bytes.Buffer
+		var seq lineSeq
+		for _, f := range x.TextFamilies(false) {
+			if _, err := f.WriteProtoTo(&buf); err != nil {
+				t.Fatal(err)
+			}
+			if f.Name == "dra_test_rows" {
+				seq = f.lines
+			}
+		}
+		return buf.Bytes(), seq
+	}
+	before, first := proto(x)
+	if len(first.chunks) < 3 {
+		t.Fatalf("%d chunks: the test needs several", len(first.chunks))
+	}
+	testobj.Upsert(t, ix, testobj.Node("node-0000a", 0), true) // a row in the first chunk
+	after, second := proto(x)
+	want, _ := proto(NewExporter(ix, nil, false, nil, newNodeRows("rows", &renders)))
+	if !bytes.Equal(after, want) {
+		t.Fatalf("after a change the kept encodings write %d bytes unlike a fresh exporter's %d", len(after), len(want))
+	}
+	if bytes.Equal(before, after) {
+		t.Fatal("the change did not change the protobuf (the test's premise is wrong)")
+	}
+	shared := 0
+	for c, p := range second.protos {
+		if slices.Contains(first.protos, p) {
+			shared++
+			if &second.proto(c, nil)[0] != &first.protos[slices.Index(first.protos, p)].b[0] {
+				t.Errorf("chunk %d encoded again", c)
+			}
+		}
+	}
+	if shared != len(second.chunks)-1 {
+		t.Errorf("%d of %d chunks share their encoding after a one-row change, want all but one", shared, len(second.chunks))
+	}
 }
