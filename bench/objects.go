@@ -1,10 +1,10 @@
 package bench
 
 // The object builders: what the API server would return for each part of the
-// plan (plan.go), NVIDIA-shaped through internal/nvidia.
+// plan (plan.go), NVIDIA-shaped through internal/testsupport/nvidia.
 
 import (
-	"github.com/dra-exporter/dra-exporter/internal/nvidia"
+	"github.com/dra-exporter/dra-exporter/internal/testsupport/nvidia"
 
 	"encoding/binary"
 	"encoding/hex"

@@ -5,7 +5,7 @@
 package bench
 
 import (
-	"github.com/dra-exporter/dra-exporter/internal/nvidia"
+	"github.com/dra-exporter/dra-exporter/internal/testsupport/nvidia"
 
 	"time"
 
@@ -14,7 +14,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 )
 
-// The shape of the NVIDIA DRA driver (internal/nvidia): driver
+// The shape of the NVIDIA DRA driver (internal/testsupport/nvidia): driver
 // gpu.nvidia.com, one pool per node named after the node, devices
 // gpu-<minor>.
 const (

@@ -11,7 +11,7 @@ import (
 
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/index"
-	. "github.com/dra-exporter/dra-exporter/internal/testobj"
+	. "github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
 )
 
 // The conditions a driver writes into a claim's status.devices, one-hot

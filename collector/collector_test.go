@@ -2,7 +2,7 @@ package collector_test
 
 import (
 	"fmt"
-	. "github.com/dra-exporter/dra-exporter/internal/testobj"
+	. "github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
 	"log/slog"
 	"math"
 	"slices"

@@ -65,8 +65,8 @@ var clusterPackages = []string{"collector", "internal/engine", "internal/family"
 
 // agentDependencies are what only the node agent may depend on.
 var agentDependencies = []string{"github.com/NVIDIA/go-dcgm", "github.com/NVIDIA/go-nvml", "google.golang.org/grpc", "k8s.io/kubelet",
-	modulePath + "internal/gpu", modulePath + "internal/nodeagent", modulePath + "internal/nodecollector",
-	modulePath + "internal/podresources", modulePath + "internal/procmap"}
+	modulePath + "internal/node/gpu", modulePath + "internal/node/agent", modulePath + "internal/node/collector",
+	modulePath + "internal/node/podresources", modulePath + "internal/node/procmap"}
 
 // TestClusterDependencies checks the cluster exporter's packages on their
 // transitive dependencies (go list -deps): no package outside the standard
@@ -114,7 +114,7 @@ var transitiveRules = []struct {
 	why       string
 }{
 	{
-		from: []string{"internal/nodecollector", "internal/nodeagent", "internal/gpu", "internal/podresources", "internal/procmap",
+		from: []string{"internal/node/collector", "internal/node/agent", "internal/node/gpu", "internal/node/podresources", "internal/node/procmap",
 			"internal/family", "internal/selfmetrics"},
 		forbidden: []string{modulePath + "collector", modulePath + "internal/index", modulePath + "internal/classify",
 			modulePath + "internal/celmatch", "github.com/google/cel-go"},

@@ -9,9 +9,9 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/family"
-	"github.com/dra-exporter/dra-exporter/internal/gpu"
-	"github.com/dra-exporter/dra-exporter/internal/nodeagent"
-	"github.com/dra-exporter/dra-exporter/internal/nodecollector"
+	nodeagent "github.com/dra-exporter/dra-exporter/internal/node/agent"
+	nodecollector "github.com/dra-exporter/dra-exporter/internal/node/collector"
+	"github.com/dra-exporter/dra-exporter/internal/node/gpu"
 	"github.com/dra-exporter/dra-exporter/internal/selfmetrics"
 )
 

@@ -10,7 +10,7 @@
 #   ./gpu-check.sh --json report.json         the checks as JSON too (name, status, evidence)
 #   ./gpu-check.sh --allow-not-proven=load    a check that may end not proven (repeatable)
 #   ./gpu-check.sh --fake fake.json --fake-tools DIR
-#                                             no GPU: a simulated node (internal/gpu/gpufake's JSON) and
+#                                             no GPU: a simulated node (internal/node/gpu/gpufake's JSON) and
 #                                             the fake nvidia-smi, gpu-burn and nvidia-driver-proc of
 #                                             cmd/dra-exporter/testdata/fakenvidia in DIR
 #

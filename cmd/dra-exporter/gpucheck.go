@@ -20,12 +20,12 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/dra-exporter/dra-exporter/internal/dra"
-	"github.com/dra-exporter/dra-exporter/internal/gpu"
-	"github.com/dra-exporter/dra-exporter/internal/nodeagent"
-	"github.com/dra-exporter/dra-exporter/internal/nodecollector"
+	nodeagent "github.com/dra-exporter/dra-exporter/internal/node/agent"
+	nodecollector "github.com/dra-exporter/dra-exporter/internal/node/collector"
+	"github.com/dra-exporter/dra-exporter/internal/node/gpu"
+	"github.com/dra-exporter/dra-exporter/internal/node/podresources"
+	"github.com/dra-exporter/dra-exporter/internal/node/procmap"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
-	"github.com/dra-exporter/dra-exporter/internal/podresources"
-	"github.com/dra-exporter/dra-exporter/internal/procmap"
 )
 
 // gpuCheck runs the node agent's GPU side on this host (no API server: an

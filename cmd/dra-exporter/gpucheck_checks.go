@@ -6,8 +6,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/dra-exporter/dra-exporter/internal/gpu"
-	"github.com/dra-exporter/dra-exporter/internal/nodeagent"
+	nodeagent "github.com/dra-exporter/dra-exporter/internal/node/agent"
+	"github.com/dra-exporter/dra-exporter/internal/node/gpu"
 )
 
 // A check's status. Not proven means the evidence is missing (no load

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dra-exporter/dra-exporter/internal/gpu"
-	"github.com/dra-exporter/dra-exporter/internal/nodeagent"
+	nodeagent "github.com/dra-exporter/dra-exporter/internal/node/agent"
+	"github.com/dra-exporter/dra-exporter/internal/node/gpu"
 )
 
 // gpu-check only reads the GPU: every nvidia-smi and DCGM tool call in the

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dra-exporter/dra-exporter/internal/nodeagent"
+	nodeagent "github.com/dra-exporter/dra-exporter/internal/node/agent"
 )
 
 // What the checks read besides the agent (the driver's /proc, this

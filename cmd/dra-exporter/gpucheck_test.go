@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dra-exporter/dra-exporter/internal/gpu"
+	"github.com/dra-exporter/dra-exporter/internal/node/gpu"
 )
 
 func runGPUCheck(t *testing.T, args ...string) (int, string) {

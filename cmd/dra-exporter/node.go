@@ -17,14 +17,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/dra-exporter/dra-exporter/internal/dra"
-	"github.com/dra-exporter/dra-exporter/internal/gpu"
-	"github.com/dra-exporter/dra-exporter/internal/gpu/gpufake"
 	"github.com/dra-exporter/dra-exporter/internal/kube"
-	"github.com/dra-exporter/dra-exporter/internal/nodeagent"
-	"github.com/dra-exporter/dra-exporter/internal/nodecollector"
+	nodeagent "github.com/dra-exporter/dra-exporter/internal/node/agent"
+	nodecollector "github.com/dra-exporter/dra-exporter/internal/node/collector"
+	"github.com/dra-exporter/dra-exporter/internal/node/gpu"
+	"github.com/dra-exporter/dra-exporter/internal/node/gpu/gpufake"
+	"github.com/dra-exporter/dra-exporter/internal/node/podresources"
+	"github.com/dra-exporter/dra-exporter/internal/node/procmap"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
-	"github.com/dra-exporter/dra-exporter/internal/podresources"
-	"github.com/dra-exporter/dra-exporter/internal/procmap"
 )
 
 // gpuFlags choose and configure the GPU source (node and gpu-check).
@@ -42,7 +42,7 @@ func (f *gpuFlags) register(app *kingpin.Application) {
 	app.Flag("gpu.source", "GPU telemetry source: auto (DCGM where it starts, else NVML), dcgm (go-dcgm: libdcgm.so.4, profiling), nvml (go-nvml: libnvidia-ml.so.1 from the driver, the basic fields), recorded (--gpu.recorded-file) or none.").
 		Default(gpu.SourceAuto).EnumVar(&f.source, gpu.SourceAuto, gpu.SourceDCGM, gpu.SourceNVML, gpu.SourceRecorded, gpu.SourceNone)
 	app.Flag("gpu.recorded-file", "JSON recording of a node's GPUs for --gpu.source=recorded (tests, the demo).").PlaceHolder("FILE").StringVar(&f.recordedFile)
-	app.Flag("gpu.fake-file", "A simulated GPU node (internal/gpu/gpufake's JSON) in place of libdcgm and libnvidia-ml, for tests and gpu-check --fake.").PlaceHolder("FILE").StringVar(&f.fakeFile)
+	app.Flag("gpu.fake-file", "A simulated GPU node (internal/node/gpu/gpufake's JSON) in place of libdcgm and libnvidia-ml, for tests and gpu-check --fake.").PlaceHolder("FILE").StringVar(&f.fakeFile)
 	app.Flag("dcgm.hostengine-address", "Address of a standalone nv-hostengine (host:port, or unix:///path with DCGM 4.5+); empty embeds the host engine in the agent.").PlaceHolder("ADDRESS").StringVar(&f.hostengine)
 	app.Flag("gpu.timeout", "Longest a GPU read may take: a hung GPU or library answers the scrape without GPU telemetry instead of blocking it.").Default("5s").DurationVar(&f.timeout)
 }

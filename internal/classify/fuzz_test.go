@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/dra-exporter/dra-exporter/internal/testobj"
+	. "github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -26,8 +26,8 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
-	"github.com/dra-exporter/dra-exporter/internal/nvidia"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
+	"github.com/dra-exporter/dra-exporter/internal/testsupport/nvidia"
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
 

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	. "github.com/dra-exporter/dra-exporter/internal/testobj"
+	. "github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/vocab"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	. "github.com/dra-exporter/dra-exporter/internal/testobj"
+	. "github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/index"
-	"github.com/dra-exporter/dra-exporter/internal/nvidia"
+	"github.com/dra-exporter/dra-exporter/internal/testsupport/nvidia"
 )
 
 // A running pod on a device with a NoExecute taint it does not tolerate,

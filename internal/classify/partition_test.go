@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
-	"github.com/dra-exporter/dra-exporter/internal/nvidia"
-	. "github.com/dra-exporter/dra-exporter/internal/testobj"
+	"github.com/dra-exporter/dra-exporter/internal/testsupport/nvidia"
+	. "github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
 )
 
 // placement names gpu-0's placement of the profile at the start slice.

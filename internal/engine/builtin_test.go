@@ -20,7 +20,7 @@ import (
 	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
-	"github.com/dra-exporter/dra-exporter/internal/testobj"
+	"github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
 )
 
 // panicking emits one gauge, then panics.

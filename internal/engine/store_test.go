@@ -12,7 +12,7 @@ import (
 
 	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
-	"github.com/dra-exporter/dra-exporter/internal/testobj"
+	"github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
 )
 
 // nodeRows has a row per node, which says whether class exists (the

@@ -28,7 +28,7 @@ import (
 
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
-	. "github.com/dra-exporter/dra-exporter/internal/testobj"
+	. "github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
 )
 
 // The allocator features of a v1.37 scheduler with its default gates

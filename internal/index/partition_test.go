@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dra-exporter/dra-exporter/internal/index"
-	"github.com/dra-exporter/dra-exporter/internal/nvidia"
-	. "github.com/dra-exporter/dra-exporter/internal/testobj"
+	"github.com/dra-exporter/dra-exporter/internal/testsupport/nvidia"
+	. "github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
 )
 
 // partitionable is a node with one partitionable A100 (whole GPU and the

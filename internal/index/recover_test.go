@@ -11,7 +11,7 @@ import (
 	"github.com/dra-exporter/dra-exporter/collector"
 	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
-	. "github.com/dra-exporter/dra-exporter/internal/testobj"
+	. "github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
 )
 
 func upsertLate(t *testing.T, ix *index.Index, obj any) {

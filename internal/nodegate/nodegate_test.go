@@ -6,7 +6,7 @@ import (
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/index"
-	"github.com/dra-exporter/dra-exporter/internal/testobj"
+	"github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
 )
 
 // agentText is a node agent's /metrics: its node-wide series, and the

@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/dra-exporter/dra-exporter/internal/gpu"
-	"github.com/dra-exporter/dra-exporter/internal/podresources"
+	"github.com/dra-exporter/dra-exporter/internal/node/gpu"
+	"github.com/dra-exporter/dra-exporter/internal/node/podresources"
 )
 
 // GPUProcessAnnotation on a running pod of a simulated node gives the pod a

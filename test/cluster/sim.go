@@ -1,7 +1,7 @@
 package cluster
 
 import (
-	"github.com/dra-exporter/dra-exporter/internal/nvidia"
+	"github.com/dra-exporter/dra-exporter/internal/testsupport/nvidia"
 
 	"context"
 	"crypto/sha1"
@@ -20,7 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// NVIDIA DRA driver names (internal/nvidia holds the driver's shape).
+// NVIDIA DRA driver names (internal/testsupport/nvidia holds the driver's shape).
 const (
 	Driver      = nvidia.Driver
 	GPUClass    = nvidia.GPUClass

@@ -11,7 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"github.com/dra-exporter/dra-exporter/internal/nvidia"
+	"github.com/dra-exporter/dra-exporter/internal/testsupport/nvidia"
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 )
 

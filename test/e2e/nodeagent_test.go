@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/dra-exporter/dra-exporter/internal/gpu"
-	"github.com/dra-exporter/dra-exporter/internal/podresources"
+	"github.com/dra-exporter/dra-exporter/internal/node/gpu"
+	"github.com/dra-exporter/dra-exporter/internal/node/podresources"
 	"github.com/dra-exporter/dra-exporter/test/cluster"
 )
 

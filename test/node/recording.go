@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 
-	"github.com/dra-exporter/dra-exporter/internal/gpu"
+	"github.com/dra-exporter/dra-exporter/internal/node/gpu"
 )
 
 // GPUProcess puts a process on the GPU of a device of the node's slice in

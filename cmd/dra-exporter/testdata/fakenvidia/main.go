@@ -1,5 +1,5 @@
 // Command fakenvidia stands in for the NVIDIA tools gpu-check.sh runs, on
-// the simulated node of $GPUFAKE_FILE (internal/gpu/gpufake's JSON, the
+// the simulated node of $GPUFAKE_FILE (internal/node/gpu/gpufake's JSON, the
 // same file the agent reads with --gpu.fake-file). It acts by the name it
 // is called as:
 //
@@ -21,7 +21,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/dra-exporter/dra-exporter/internal/gpu/gpufake"
+	"github.com/dra-exporter/dra-exporter/internal/node/gpu/gpufake"
 )
 
 func main() {
