@@ -61,7 +61,7 @@ func gateReasonDocs() []gateReasonDoc {
 		gateReasonDoc{"api", gateExporterStale, "rules/gates.yaml: the exporter's evidence is not current (a watch is stale, verdicts are held through an API outage, or a freshness series is missing).",
 			"Check dra_exporter_watch_healthy and dra_exporter_apiserver_up: the gate passes again once the exporter is current (runbook DRAExporterWatchStale)."},
 
-		gateReasonDoc{"node", nodegate.PrepareFailed, "The kubelet reported a DRA prepare failure (FailedPrepareDynamicResources).", "Read the event and the DRA driver's kubelet plugin logs on the node: it rejected the claim's configuration or could not prepare the device."},
+		gateReasonDoc{"node", nodegate.PrepareFailed, "The kubelet reported a DRA prepare failure (FailedPrepareDynamicResources), or the runtime cannot resolve the prepared devices' CDI names (dra_pod_blocked reason cdi_spec_missing).", "Read the event and the DRA driver's kubelet plugin logs on the node: it rejected the claim's configuration or could not prepare the device; for cdi_spec_missing see the runbook of DRAPodBlockedNode."},
 		gateReasonDoc{"node", nodegate.NotReady, "The pod's node is not Ready (kubelet down, node unreachable).", "Bring the node back, or drain it; the pod is rescheduled once evicted."},
 		gateReasonDoc{"node", nodegate.NoAgent, "No node agent serves the node (no dra_node_podresources_up for it).", "Run the node agent DaemonSet on the GPU nodes and let Prometheus scrape it."},
 		gateReasonDoc{"node", nodegate.PodResourcesDown, "The kubelet's pod-resources API did not answer the agent.", "Check the agent's mount of /var/lib/kubelet/pod-resources and the kubelet."},

@@ -178,6 +178,11 @@ func TestEveryReason(t *testing.T) {
 	reservedClaim := ReservedFor(allocatedClaim, statusPod())
 	boundPod := Bound(statusPod(), "node-1")
 	attachFailed := withBinding(reservedClaim, metav1.Condition{Type: "gpu.example.com/attach-failed", Status: metav1.ConditionTrue, Reason: "FabricError", LastTransitionTime: metav1.NewTime(T0)})
+	// The sandbox stands (the devices were prepared) and the container
+	// cannot be created: no spec defines the devices the driver named.
+	specLost := sandbox(Bound(statusPod(), "node-1"), corev1.ConditionTrue, T0.Add(-time.Hour))
+	specLost.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+		Reason: "CreateContainerError", Message: "failed to create containerd container: CDI device injection failed: unresolvable CDI devices gpu.example.com/gpu=gpu-0"}}}}
 
 	tests := []struct {
 		name string
@@ -208,6 +213,8 @@ func TestEveryReason(t *testing.T) {
 		{"node_prepare_failed", podName, world(boundPod, reservedClaim,
 			Event("prep", boundPod, vocab.FailedPrepareDynamicResources, "NodePrepareResources: driver gpu.nvidia.com: timeout", T0)),
 			want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"}},
+		{"cdi_spec_missing", podName, world(specLost, reservedClaim),
+			want{classify.CDISpecMissing, classify.LayerNode, claimName, "node-1", "gpu-0"}},
 		{"node_not_ready", podName, world(Running(boundPod), reservedClaim, NotReadyNode("node-1")),
 			want{classify.NodeNotReady, classify.LayerNode, claimName, "node-1", "gpu-0"}},
 		{"node_prepare_pending", podName, world(boundPod, reservedClaim),
@@ -244,8 +251,8 @@ func TestEveryReason(t *testing.T) {
 			t.Errorf("reason %s has no case", r)
 		}
 	}
-	if len(classify.Reasons) != 13 {
-		t.Errorf("%d reasons, want the design's 11, node_not_ready and binding_failed", len(classify.Reasons))
+	if len(classify.Reasons) != 14 {
+		t.Errorf("%d reasons, want the design's 11, node_not_ready, binding_failed and cdi_spec_missing", len(classify.Reasons))
 	}
 }
 
@@ -258,7 +265,8 @@ func TestReasonLayersAndMeanings(t *testing.T) {
 		classify.BindingFailed:     classify.LayerScheduler,
 		classify.NodeNotReady:      classify.LayerNode,
 		classify.NodePrepareFailed: classify.LayerNode, classify.NodePreparePending: classify.LayerNode,
-		classify.NotReady: classify.LayerApplication,
+		classify.CDISpecMissing: classify.LayerNode,
+		classify.NotReady:       classify.LayerApplication,
 	}
 	if len(layers) != len(classify.Reasons) {
 		t.Errorf("%d reasons in this table, %d in classify.Reasons: name the layer of every reason", len(layers), len(classify.Reasons))
@@ -460,7 +468,9 @@ func TestNodePrepareFailedEvidence(t *testing.T) {
 	}{
 		{"FailedPrepareDynamicResources", Event("e", boundPod, vocab.FailedPrepareDynamicResources, "prepare failed", T0), classify.NodePrepareFailed},
 		{"sandbox failure naming CDI", Event("e", boundPod, "FailedCreatePodSandBox",
-			"failed to create containerd task: failed to inject CDI devices: unresolvable CDI devices gpu.nvidia.com/gpu=uuid", T0), classify.NodePrepareFailed},
+			"failed to create containerd task: failed to inject CDI devices: unresolvable CDI devices gpu.nvidia.com/gpu=uuid", T0), classify.CDISpecMissing},
+		{"sandbox failure on a broken CDI spec", Event("e", boundPod, "FailedCreatePodSandBox",
+			"failed to create containerd task: CDI device injection failed: failed to refresh CDI registry: invalid CDI spec /var/run/cdi/k8s.gpu.nvidia.com-claim_x.json", T0), classify.NodePrepareFailed},
 		{"sandbox failure about the network", Event("e", boundPod, "FailedCreatePodSandBox", "failed to setup network", T0), classify.NodePreparePending},
 		{"failure of the previous pod of that name", Event("e", Pod(podName, "uid-previous"), vocab.FailedPrepareDynamicResources, "old", T0), classify.NodePreparePending},
 	}
@@ -934,8 +944,8 @@ func TestLifecycleEdges(t *testing.T) {
 	t.Run("CDI injection failure with a running sidecar", func(t *testing.T) {
 		p := containers(sandbox(Running(Bound(statusPod(), "node-1")), corev1.ConditionTrue, T0.Add(-time.Hour)), sidecar, cdiError)
 		v := verdictOf(t, podName, world(p, reservedClaim)...)
-		checkVerdict(t, v, want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"})
-		if !strings.Contains(linkSummary(v), "containers started (node_prepare_failed)") {
+		checkVerdict(t, v, want{classify.CDISpecMissing, classify.LayerNode, claimName, "node-1", "gpu-0"})
+		if !strings.Contains(linkSummary(v), "containers started (cdi_spec_missing)") {
 			t.Errorf("links: %s", linkSummary(v))
 		}
 	})
@@ -1042,7 +1052,7 @@ func TestContainerErrorsAndOrdering(t *testing.T) {
 		msg := "failed to create containerd task: CDI device injection failed: unresolvable CDI devices gpu.nvidia.com/gpu=GPU-0"
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{waiting("RunContainerError", msg)}
 		ev := Event("failed", p, vocab.Failed, "Error: "+msg, T0)
-		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim, ev)...), want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"})
+		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim, ev)...), want{classify.CDISpecMissing, classify.LayerNode, claimName, "node-1", "gpu-0"})
 	})
 	t.Run("a container restarting after a CDI failure is the node's", func(t *testing.T) {
 		p := sandbox(Bound(statusPod(), "node-1"), corev1.ConditionTrue, T0.Add(-time.Hour))
@@ -1053,7 +1063,7 @@ func TestContainerErrorsAndOrdering(t *testing.T) {
 			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "StartError", ExitCode: 128, Message: msg}}}}
 		backoff := Event("backoff", p, "BackOff", "Back-off restarting failed container main in pod "+podName, T0)
 		v := verdictOf(t, podName, world(p, reservedClaim, backoff)...)
-		checkVerdict(t, v, want{classify.NodePrepareFailed, classify.LayerNode, claimName, "node-1", "gpu-0"})
+		checkVerdict(t, v, want{classify.CDISpecMissing, classify.LayerNode, claimName, "node-1", "gpu-0"})
 		var evidence []string
 		for _, l := range v.Links {
 			evidence = append(evidence, l.Evidence...)

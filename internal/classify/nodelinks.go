@@ -72,7 +72,14 @@ func (w *walker) walkPod() {
 		// CDI injection happens when each container is created: a
 		// container whose creation failed on its devices is a node
 		// failure even when others (sidecars, init containers) have run.
+		// Devices no CDI spec defines are a claim the kubelet and the
+		// driver hold prepared without its spec file (a reboot emptied
+		// /var/run/cdi; kubernetes#141433): the kubelet retries the
+		// container for good and never prepares again.
 		started.Reason = NodePrepareFailed
+		if vocab.CDIUnresolvable(msg) {
+			started.Reason = CDISpecMissing
+		}
 		started.Evidence = []string{msg}
 		if failure != nil && (since.IsZero() || !eventSecond(failure).Before(since)) {
 			started.Evidence = append(started.Evidence, eventEvidence(failure))
@@ -143,9 +150,13 @@ func cdiFailure(pod *corev1.Pod) string {
 }
 
 // failOnEvent fails the link with node_prepare_failed on the kubelet's
-// event, naming the claim the event names.
+// event (cdi_spec_missing when the runtime could not resolve the devices'
+// CDI names), naming the claim the event names.
 func (w *walker) failOnEvent(l Link, e *index.Event, evidence ...string) {
 	l.Reason = NodePrepareFailed
+	if vocab.CDIUnresolvable(e.Message) {
+		l.Reason = CDISpecMissing
+	}
 	l.Evidence = append([]string{eventEvidence(e)}, evidence...)
 	if held := heldForGoneClaim(w.s, e.Message); w.explain && held != "" {
 		l.Evidence = append(l.Evidence, held)

@@ -18,8 +18,11 @@ const (
 // Reason is a failing link of the decision tree. The set is closed: the
 // eleven reasons of the design; node_not_ready, which keeps the pods of a
 // dead node (marked not Ready by the node lifecycle controller) from
-// reading as an application failure; and binding_failed, a device's binding
-// failure condition (KEP-5007) while the scheduler waits to bind the pod.
+// reading as an application failure; binding_failed, a device's binding
+// failure condition (KEP-5007) while the scheduler waits to bind the pod;
+// and cdi_spec_missing, a prepared claim whose devices the container
+// runtime cannot resolve (kubernetes#141433), which no retry of the
+// kubelet's mends.
 type Reason string
 
 // The reasons, in tree order: when several links fail, the earliest wins.
@@ -35,6 +38,7 @@ const (
 	BindingFailed          Reason = "binding_failed"
 	NodeNotReady           Reason = "node_not_ready"
 	NodePrepareFailed      Reason = "node_prepare_failed"
+	CDISpecMissing         Reason = "cdi_spec_missing"
 	NodePreparePending     Reason = "node_prepare_pending"
 	NotReady               Reason = "not_ready"
 )
@@ -43,7 +47,7 @@ const (
 var Reasons = []Reason{
 	ClaimNotCreated, ClaimNotFound, DeviceClassNotFound, NoDevicesForClass,
 	SelectorMatchesNothing, CapacityExhausted, Unallocated, NotReserved, BindingFailed,
-	NodeNotReady, NodePrepareFailed, NodePreparePending, NotReady,
+	NodeNotReady, NodePrepareFailed, CDISpecMissing, NodePreparePending, NotReady,
 }
 
 var reasonLayer = map[Reason]Layer{
@@ -58,6 +62,7 @@ var reasonLayer = map[Reason]Layer{
 	BindingFailed:          LayerScheduler,
 	NodeNotReady:           LayerNode,
 	NodePrepareFailed:      LayerNode,
+	CDISpecMissing:         LayerNode,
 	NodePreparePending:     LayerNode,
 	NotReady:               LayerApplication,
 }
@@ -74,6 +79,7 @@ var reasonMeaning = map[Reason]string{
 	BindingFailed:          "a device's binding failure condition is True: its controller could not make it ready for the pod (the scheduler releases the allocation and retries)",
 	NodeNotReady:           "the pod is bound to a node whose Ready condition is False or Unknown (kubelet down, node unreachable)",
 	NodePrepareFailed:      "the pod is bound and the kubelet reported a DRA prepare failure",
+	CDISpecMissing:         "the devices are prepared, but the container runtime finds no CDI spec that defines them (unresolvable CDI devices): the driver's spec file is gone while the claim stays prepared, as after a reboot cleared /var/run/cdi (kubernetes#141433); the kubelet retries the container, never the prepare",
 	NodePreparePending:     "the pod is bound and its containers have not started yet (devices being prepared, sandbox or image pending)",
 	NotReady:               "containers run, but the pod is not Ready (readiness failing), or a container is stopped by its own image or configuration",
 }

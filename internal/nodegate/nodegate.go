@@ -108,7 +108,7 @@ func Evaluate(s *index.Snapshot, p *index.Pod, blocked *classify.Verdict, a *Age
 	fail := func(reason string, ev ...string) (bool, string, []string) {
 		return false, reason, append(evidence, ev...)
 	}
-	if blocked != nil && blocked.Reason == classify.NodePrepareFailed {
+	if blocked != nil && (blocked.Reason == classify.NodePrepareFailed || blocked.Reason == classify.CDISpecMissing) {
 		return fail(PrepareFailed, fmt.Sprintf("decision tree: %s (claim %s, device %s)", blocked.Reason, blocked.Claim, blocked.Device))
 	}
 	if blocked != nil && blocked.Reason == classify.NodeNotReady {

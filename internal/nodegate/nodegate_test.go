@@ -49,6 +49,7 @@ func TestEvaluate(t *testing.T) {
 	}{
 		{name: "no agent", reason: NoAgent},
 		{name: "prepare failed", blocked: &classify.Verdict{Reason: classify.NodePrepareFailed}, text: agentText("1", holder), reason: PrepareFailed},
+		{name: "cdi spec missing", blocked: &classify.Verdict{Reason: classify.CDISpecMissing}, text: agentText("1", holder), reason: PrepareFailed},
 		{name: "pod-resources down", text: agentText("0", holder), reason: PodResourcesDown},
 		{name: "not prepared", text: agentText("1"), reason: NotPrepared},
 		{name: "violation", text: agentText("1", holder, "# TYPE dra_gpu_isolation_violation gauge",

@@ -60,6 +60,15 @@ func DeviceInjectionFailure(message string) bool {
 	return false
 }
 
+// CDIUnresolvable reports whether a message is the CDI library's refusal
+// of device names no spec defines ("unresolvable CDI devices", from
+// tags.cncf.io/container-device-interface's cache, through containerd's
+// and CRI-O's "CDI device injection failed"): the names the kubelet got
+// from the driver's NodePrepareResources have no spec file behind them.
+func CDIUnresolvable(message string) bool {
+	return strings.Contains(strings.ToLower(message), "unresolvable cdi devices")
+}
+
 // NodePrepareFailure reports whether an event says that the node failed to
 // prepare the pod's devices: the kubelet's FailedPrepareDynamicResources,
 // or a sandbox or container failure in the runtime's device wording.
