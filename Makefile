@@ -107,7 +107,7 @@ K8S_LDFLAGS := -s -w \
 	-X k8s.io/component-base/version.gitTreeState=clean
 
 $(CP_BIN)/.built: test/controlplane/go.mod test/controlplane/go.sum
-	@echo ">> building the control plane $(K8S_VERSION) (cold: 9-20 min on 2 cores)"
+	@echo "$$(date -u +%T) >> building the control plane $(K8S_VERSION) (cold: 9-20 min on 2 cores)"
 	rm -rf $(CP_BIN).tmp && mkdir -p $(CP_BIN).tmp
 	cd test/controlplane && time $(GO) build -ldflags '$(K8S_LDFLAGS)' -o $(CP_BIN).tmp/ \
 		k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
@@ -118,7 +118,7 @@ $(CP_BIN)/.built: test/controlplane/go.mod test/controlplane/go.sum
 node-bins: $(CONTAINERD_BIN)/.built $(DRA_DRIVER) ## Build containerd, ctr, the runc shim and dra-example-driver for the real node (cached).
 
 $(CONTAINERD_BIN)/.built: tools/containerd/go.mod tools/containerd/go.sum
-	@echo ">> building containerd $(CONTAINERD_VERSION) (cold: ~7 min)"
+	@echo "$$(date -u +%T) >> building containerd $(CONTAINERD_VERSION) (cold: ~7 min)"
 	rm -rf $(CONTAINERD_BIN).tmp && mkdir -p $(CONTAINERD_BIN).tmp
 	cd tools/containerd && time CGO_ENABLED=0 $(GO) build -ldflags '-s -w' -tags 'no_btrfs no_devmapper no_zfs no_aufs' \
 		-o $(CONTAINERD_BIN).tmp/ github.com/containerd/containerd/v2/cmd/containerd \
@@ -126,7 +126,7 @@ $(CONTAINERD_BIN)/.built: tools/containerd/go.mod tools/containerd/go.sum
 	rm -rf $(CONTAINERD_BIN) && mv $(CONTAINERD_BIN).tmp $(CONTAINERD_BIN) && touch $@
 
 $(DRA_DRIVER): tools/draexample/go.mod tools/draexample/go.sum
-	@echo ">> building dra-example-driver $(DRAEX_VERSION) (cold: ~8 min)"
+	@echo "$$(date -u +%T) >> building dra-example-driver $(DRAEX_VERSION) (cold: ~8 min)"
 	mkdir -p $(dir $@)
 	cd tools/draexample && time $(GO) build -ldflags '-s -w' -o $@.tmp sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin
 	mv $@.tmp $@
@@ -154,7 +154,7 @@ tools: $(TOOLS_BIN)/.built ## Build prometheus and promtool (cached).
 # remove_all_sd (Prometheus' own build tag, plugins/plugin_*.go) leaves out the cloud service
 # discoveries; file, http and kubernetes discovery stay. The tests scrape static targets.
 $(TOOLS_BIN)/.built: tools/go.mod tools/go.sum
-	@echo ">> building prometheus and promtool $(PROM_VERSION) (cold: 5-13 min)"
+	@echo "$$(date -u +%T) >> building prometheus and promtool $(PROM_VERSION) (cold: 5-13 min)"
 	rm -rf $(TOOLS_BIN).tmp && mkdir -p $(TOOLS_BIN).tmp
 	cd tools && time $(GO) build -ldflags '-s -w' -tags remove_all_sd -o $(TOOLS_BIN).tmp/ \
 		github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
@@ -203,15 +203,19 @@ test-build-compat: test-build-registry
 # The test lane: what needs no tool first (beside the control plane's build), then the suites.
 .PHONY: test-units test-suite-tools test-suite-release test-suite-node
 test-units:
+	@echo "$$(date -u +%T) >> the unit lane: build, lint, race, images, unit tests"
 	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 build node-packages lint test-race image-test
 	time $(TEST_GOFLAGS) $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e '/test/nodee2e$$' $(foreach p,$(TOOL_PKGS),-e '$(patsubst ./%/,/%$$,$(patsubst ./%/...,/%,$(p)))'))
 # The packages whose tests need the control plane, Prometheus, promtool, helm (and, for the demo's
 # real node, the node's programs).
 test-suite-tools: test-units test-build-node-bins
+	@echo "$$(date -u +%T) >> the tool packages' tests (e2e on the control plane, rules, chart, bench)"
 	time $(TEST_GOFLAGS) $(GO) test -count=1 -timeout 40m $(TOOL_PKGS)
 test-suite-release: test-suite-tools test-build-krew
+	@echo "$$(date -u +%T) >> the release's tests (tools/release)"
 	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 release-test
 test-suite-node: test-suite-release test-build-registry
+	@echo "$$(date -u +%T) >> the real node's tests (test/nodee2e)"
 	time $(TEST_GOFLAGS) $(GO) test -count=1 -timeout 20m ./test/nodee2e/
 # The core e2e subset on the oldest supported minor (issue 41); the newest runs the whole e2e suite
 # above (test-suite-tools), of which the subset is a part.
@@ -237,7 +241,7 @@ test-race: ## Run the concurrency-sensitive packages under the race detector.
 helm: $(HELM) ## Build helm (cached); the chart tests find it through DRA_HELM.
 
 $(HELM): tools/helm/go.mod tools/helm/go.sum
-	@echo ">> building helm $(HELM_VERSION) (cold: ~4 min)"
+	@echo "$$(date -u +%T) >> building helm $(HELM_VERSION) (cold: ~4 min)"
 	mkdir -p $(dir $@)
 	cd tools/helm && time $(GO) build -ldflags '-s -w -X helm.sh/helm/v4/internal/version.version=$(HELM_VERSION)' \
 		-o $@.tmp helm.sh/helm/v4/cmd/helm
@@ -258,7 +262,7 @@ PINT_VERSION := v0.86.0
 PINT := $(CACHE)/tools/pint-$(PINT_VERSION)/pint
 
 $(PINT): tools/pint/go.mod tools/pint/go.sum
-	@echo ">> building pint $(PINT_VERSION) (cold: ~5 min)"
+	@echo "$$(date -u +%T) >> building pint $(PINT_VERSION) (cold: ~5 min)"
 	cd tools/pint && $(GO) build -o $@ github.com/cloudflare/pint/cmd/pint
 
 .PHONY: pint
@@ -274,7 +278,7 @@ bench: ## Benchmark index build and scrape at 1k, 10k and 100k claims.
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x -timeout 60m ./bench/
 
 $(KSM): tools/ksm/go.mod tools/ksm/go.sum
-	@echo ">> building kube-state-metrics $(KSM_VERSION) (cold: ~4 min)"
+	@echo "$$(date -u +%T) >> building kube-state-metrics $(KSM_VERSION) (cold: ~4 min)"
 	cd tools/ksm && $(GO) build -o $@.tmp k8s.io/kube-state-metrics/v2
 	mv $@.tmp $@
 
@@ -346,7 +350,7 @@ ARGO_ROLLOUTS := $(CACHE)/argo-rollouts/$(ARGO_ROLLOUTS_VERSION)/rollouts-contro
 export DRA_ARGO_ROLLOUTS := $(ARGO_ROLLOUTS)
 
 $(ARGO_ROLLOUTS): tools/argo-rollouts/go.mod tools/argo-rollouts/go.sum
-	@echo ">> building rollouts-controller $(ARGO_ROLLOUTS_VERSION) (cold: see docs/testing.md)"
+	@echo "$$(date -u +%T) >> building rollouts-controller $(ARGO_ROLLOUTS_VERSION) (cold: see docs/testing.md)"
 	mkdir -p $(dir $@)
 	cd tools/argo-rollouts && GOTOOLCHAIN=auto $(GO) build -ldflags '-s -w' -o $@.tmp github.com/argoproj/argo-rollouts/cmd/rollouts-controller
 	mv $@.tmp $@
@@ -362,7 +366,7 @@ FLAGGER := $(CACHE)/flagger/$(FLAGGER_VERSION)/flagger
 export DRA_FLAGGER := $(FLAGGER)
 
 $(FLAGGER): tools/flagger/go.mod tools/flagger/go.sum
-	@echo ">> building flagger $(FLAGGER_VERSION) (cold: see docs/testing.md)"
+	@echo "$$(date -u +%T) >> building flagger $(FLAGGER_VERSION) (cold: see docs/testing.md)"
 	mkdir -p $(dir $@)
 	cd tools/flagger && $(GO) build -ldflags '-s -w' -o $@.tmp github.com/fluxcd/flagger/cmd/flagger
 	mv $@.tmp $@
@@ -405,7 +409,7 @@ release-test: $(HELM) $(KREW_BIN)/.built ## Build a release twice and compare th
 	cd tools/release && DRA_RELEASE_CACHE=$(CACHE) DRA_KREW_BIN=$(KREW_BIN) $(GO) test -count=1 -timeout 40m ./...
 
 $(KREW_BIN)/.built: tools/krew/go.mod tools/krew/go.sum
-	@echo ">> building krew $(KREW_VERSION)"
+	@echo "$$(date -u +%T) >> building krew $(KREW_VERSION)"
 	cd tools/krew && $(GO) build -o $(KREW_BIN)/ sigs.k8s.io/krew/cmd/krew sigs.k8s.io/krew/cmd/validate-krew-manifest
 	touch $@
 
@@ -431,7 +435,7 @@ export DRA_RELEASE_CACHE := $(CACHE)
 export DRA_KREW_BIN := $(KREW_BIN)
 
 $(REGISTRY_BIN): tools/registry/go.mod tools/registry/go.sum
-	@echo ">> building the registry (distribution) $(REGISTRY_VERSION) (cold: see docs/testing.md)"
+	@echo "$$(date -u +%T) >> building the registry (distribution) $(REGISTRY_VERSION) (cold: see docs/testing.md)"
 	mkdir -p $(dir $@)
 	cd tools/registry && time $(GO) build -ldflags '-s -w -X github.com/distribution/distribution/v3/version.version=$(REGISTRY_VERSION)' \
 		-o $@.tmp github.com/distribution/distribution/v3/cmd/registry
@@ -460,7 +464,7 @@ compat_bin = $(CACHE)/controlplane/$(1)/bin
 
 define COMPAT_BUILD
 $(call compat_bin,$(1))/.built: test/controlplane/compat/v1.$(call compat_minor,$(1))/go.mod test/controlplane/compat/v1.$(call compat_minor,$(1))/go.sum
-	@echo ">> building the control plane $(1) (cold: see docs/testing.md)"
+	@echo "$$(date -u +%T) >> building the control plane $(1) (cold: see docs/testing.md)"
 	rm -rf $(call compat_bin,$(1)).tmp && mkdir -p $(call compat_bin,$(1)).tmp
 	cd test/controlplane/compat/v1.$(call compat_minor,$(1)) && time $(GO) build -ldflags '-s -w \
 		-X k8s.io/component-base/version.gitVersion=$(1) -X k8s.io/component-base/version.gitMajor=1 \
