@@ -91,6 +91,10 @@ var protoBuffers = sync.Pool{New: func() any { return new([]byte) }}
 type chunkProto struct {
 	once sync.Once
 	b    []byte
+	// ok is set once b holds the encoding: an encoding that panicked
+	// (no line the collectors write makes it) leaves it unset, and the
+	// chunk is then encoded on each write instead of left out.
+	ok bool
 }
 
 // proto returns chunk c's series encoded, encoding them on the first call.
@@ -103,8 +107,11 @@ func (s lineSeq) proto(c int, d *family.Def) []byte {
 		bp := protoBuffers.Get().(*[]byte)
 		defer protoBuffers.Put(bp)
 		*bp = encodeChunk((*bp)[:0], s.chunks[c], d)
-		p.b = slices.Clone(*bp)
+		p.b, p.ok = slices.Clone(*bp), true
 	})
+	if !p.ok {
+		return encodeChunk(nil, s.chunks[c], d)
+	}
 	return p.b
 }
 
