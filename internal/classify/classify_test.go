@@ -182,7 +182,7 @@ func TestEveryReason(t *testing.T) {
 	// cannot be created: no spec defines the devices the driver named.
 	specLost := sandbox(Bound(statusPod(), "node-1"), corev1.ConditionTrue, T0.Add(-time.Hour))
 	specLost.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
-		Reason: "CreateContainerError", Message: "failed to create containerd container: CDI device injection failed: unresolvable CDI devices gpu.example.com/gpu=gpu-0"}}}}
+		Reason: "CreateContainerError", Message: "failed to create containerd container: CDI device injection failed: unresolvable CDI devices k8s.gpu.nvidia.com/claim=gpu-0"}}}}
 
 	tests := []struct {
 		name string
@@ -1097,4 +1097,37 @@ func TestContainerErrorsAndOrdering(t *testing.T) {
 		}
 		checkVerdict(t, verdictOf(t, podName, world(p, reservedClaim, ev)...), want{classify.NodePreparePending, classify.LayerNode, claimName, "node-1", "gpu-0"})
 	})
+}
+
+// An unresolvable CDI device names the claim it belongs to: by the claim's
+// UID in the name (the drivers name their per-claim specs after it), else
+// by the claim's driver as the name's vendor; a name of no claim of the
+// pod (a device plugin's) stays node_prepare_failed.
+func TestUnresolvableCDIDevicesNameTheirClaim(t *testing.T) {
+	two := WithNamedClaim(WithNamedClaim(Bound(Pod("two", "uid-two"), "node-1"), "a", "claim-a"), "b", "claim-b")
+	claimA := ReservedFor(Allocated(Claim("claim-a", "uid-claim-a"), "node-1", T0, Result("gpu", "node-1", "gpu-0")), two)
+	claimB := ReservedFor(Allocated(Claim("claim-b", "uid-claim-b"), "node-1", T0, Result("gpu", "node-1", "gpu-1")), two)
+	creating := func(msg string) *corev1.Pod {
+		p := sandbox(two.DeepCopy(), corev1.ConditionTrue, T0.Add(-time.Hour))
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+			Reason: "CreateContainerError", Message: "failed to create containerd container: CDI device injection failed: " + msg}}}}
+		return p
+	}
+	for _, tc := range []struct {
+		name, msg string
+		want      want
+	}{
+		{"the second claim by its UID", "unresolvable CDI devices k8s.gpu.nvidia.com/claim=uid-claim-b-gpu-1",
+			want{classify.CDISpecMissing, classify.LayerNode, "claim-b", "node-1", "gpu-1"}},
+		{"by the driver as vendor", "unresolvable CDI devices k8s.gpu.nvidia.com/gpu=GPU-1",
+			want{classify.CDISpecMissing, classify.LayerNode, "claim-a", "node-1", "gpu-0"}},
+		{"a device plugin's name", "unresolvable CDI devices nvidia.com/gpu=GPU-1",
+			want{classify.NodePrepareFailed, classify.LayerNode, "claim-a", "node-1", "gpu-0"}},
+		{"a broken spec", "failed to refresh CDI registry: invalid CDI spec",
+			want{classify.NodePrepareFailed, classify.LayerNode, "claim-a", "node-1", "gpu-0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkVerdict(t, verdictOf(t, "two", world(creating(tc.msg), claimA, claimB)...), tc.want)
+		})
+	}
 }

@@ -72,17 +72,22 @@ func (w *walker) walkPod() {
 		// CDI injection happens when each container is created: a
 		// container whose creation failed on its devices is a node
 		// failure even when others (sidecars, init containers) have run.
-		// Devices no CDI spec defines are a claim the kubelet and the
-		// driver hold prepared without its spec file (a reboot emptied
-		// /var/run/cdi; kubernetes#141433): the kubelet retries the
-		// container for good and never prepares again.
+		// Devices of a claim that no CDI spec the runtime loaded defines
+		// (most often a claim the kubelet and the driver hold prepared
+		// without its spec file: a reboot emptied /var/run/cdi,
+		// kubernetes#141433): the kubelet retries the container for good
+		// and never prepares again.
 		started.Reason = NodePrepareFailed
-		if vocab.CDIUnresolvable(msg) {
-			started.Reason = CDISpecMissing
-		}
 		started.Evidence = []string{msg}
 		if failure != nil && (since.IsZero() || !eventSecond(failure).Before(since)) {
 			started.Evidence = append(started.Evidence, eventEvidence(failure))
+		}
+		claim := w.unresolvedClaim(msg)
+		if claim != nil {
+			started.Reason = CDISpecMissing
+			started.Claim = claim.Key.Name
+			w.fail(started, claim, started.Claim)
+			return
 		}
 		w.fail(started, nil, "")
 		return
@@ -154,8 +159,12 @@ func cdiFailure(pod *corev1.Pod) string {
 // CDI names), naming the claim the event names.
 func (w *walker) failOnEvent(l Link, e *index.Event, evidence ...string) {
 	l.Reason = NodePrepareFailed
-	if vocab.CDIUnresolvable(e.Message) {
+	if claim := w.unresolvedClaim(e.Message); claim != nil {
 		l.Reason = CDISpecMissing
+		l.Claim = claim.Key.Name
+		l.Evidence = append([]string{eventEvidence(e)}, evidence...)
+		w.fail(l, claim, l.Claim)
+		return
 	}
 	l.Evidence = append([]string{eventEvidence(e)}, evidence...)
 	if held := heldForGoneClaim(w.s, e.Message); w.explain && held != "" {
@@ -187,6 +196,42 @@ func heldForGoneClaim(s *index.Snapshot, message string) string {
 		}
 	}
 	return fmt.Sprintf("the driver still holds device %s prepared for claim uid %s, which no longer exists: a claim deleted while the driver's kubelet plugin was down is never unprepared (dra-driver-nvidia-gpu#1278); remove the claim from the plugin's checkpoint (/var/lib/kubelet/plugins/gpu.nvidia.com/checkpoint.json) and restart the plugin", device, uid)
+}
+
+// unresolvedClaim returns the pod's claim whose devices the runtime could
+// not resolve (the CDI library's "unresolvable CDI devices"), nil when the
+// message is no such refusal or names no device of the pod's claims: a
+// name that carries a claim's UID (the example driver's and NVIDIA's
+// per-claim specs are named after it), else one whose vendor is a claim's
+// driver (DRA drivers' specs are "k8s.<driver>" or "<driver>"). A name of
+// neither, such as a device plugin's nvidia.com/gpu=..., is no DRA
+// claim's spec: that stays node_prepare_failed.
+func (w *walker) unresolvedClaim(message string) *index.Claim {
+	names := vocab.UnresolvedCDIDevices(message)
+	if len(names) == 0 {
+		return nil
+	}
+	for _, name := range names {
+		for _, pc := range w.claims {
+			if pc.Claim != nil && pc.Claim.Obj.UID != "" && strings.Contains(name, string(pc.Claim.Obj.UID)) {
+				return pc.Claim
+			}
+		}
+	}
+	for _, name := range names {
+		vendor, _, _ := strings.Cut(name, "/")
+		for _, pc := range w.claims {
+			if pc.Claim == nil {
+				continue
+			}
+			for _, r := range pc.Claim.Results {
+				if vendor == r.Device.Driver || vendor == "k8s."+r.Device.Driver {
+					return pc.Claim
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // eventSecond is the event's time in whole seconds, the precision of the

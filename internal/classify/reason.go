@@ -79,7 +79,7 @@ var reasonMeaning = map[Reason]string{
 	BindingFailed:          "a device's binding failure condition is True: its controller could not make it ready for the pod (the scheduler releases the allocation and retries)",
 	NodeNotReady:           "the pod is bound to a node whose Ready condition is False or Unknown (kubelet down, node unreachable)",
 	NodePrepareFailed:      "the pod is bound and the kubelet reported a DRA prepare failure",
-	CDISpecMissing:         "the devices are prepared, but the container runtime finds no CDI spec that defines them (unresolvable CDI devices): the driver's spec file is gone while the claim stays prepared, as after a reboot cleared /var/run/cdi (kubernetes#141433); the kubelet retries the container, never the prepare",
+	CDISpecMissing:         "the devices are prepared, but no CDI spec the container runtime reads defines the names the claim's driver returned (unresolvable CDI devices): most often the driver's spec file is gone while the claim stays prepared, as after a reboot cleared /var/run/cdi (kubernetes#141433); the kubelet retries the container, never the prepare",
 	NodePreparePending:     "the pod is bound and its containers have not started yet (devices being prepared, sandbox or image pending)",
 	NotReady:               "containers run, but the pod is not Ready (readiness failing), or a container is stopped by its own image or configuration",
 }

@@ -60,13 +60,24 @@ func DeviceInjectionFailure(message string) bool {
 	return false
 }
 
-// CDIUnresolvable reports whether a message is the CDI library's refusal
-// of device names no spec defines ("unresolvable CDI devices", from
-// tags.cncf.io/container-device-interface's cache, through containerd's
-// and CRI-O's "CDI device injection failed"): the names the kubelet got
-// from the driver's NodePrepareResources have no spec file behind them.
-func CDIUnresolvable(message string) bool {
-	return strings.Contains(strings.ToLower(message), "unresolvable cdi devices")
+// UnresolvedCDIDevices returns the device names of the CDI library's
+// refusal of names no spec it loaded defines ("unresolvable CDI devices
+// vendor/class=name, ...", tags.cncf.io/container-device-interface's
+// cache, through containerd's and CRI-O's "CDI device injection failed"),
+// or nil when the message is no such refusal.
+func UnresolvedCDIDevices(message string) []string {
+	const marker = "unresolvable cdi devices"
+	i := strings.Index(strings.ToLower(message), marker)
+	if i < 0 {
+		return nil
+	}
+	var names []string
+	for _, f := range strings.FieldsFunc(message[i+len(marker):], func(r rune) bool { return r == ',' || r == ' ' || r == ';' }) {
+		if strings.Contains(f, "/") && strings.Contains(f, "=") {
+			names = append(names, f)
+		}
+	}
+	return names
 }
 
 // NodePrepareFailure reports whether an event says that the node failed to
