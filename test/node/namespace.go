@@ -330,8 +330,7 @@ func namespacePIDs(mntNS string) []int {
 func Leftovers(dir, mntNS string, before map[string]bool) []string {
 	var out []string
 	for _, pid := range namespacePIDs(mntNS) {
-		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		out = append(out, fmt.Sprintf("process %d: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+		out = append(out, fmt.Sprintf("process %d: %s", pid, describeProcess(strconv.Itoa(pid))))
 	}
 	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
 		sc := bufio.NewScanner(f)
@@ -348,8 +347,7 @@ func Leftovers(dir, mntNS string, before map[string]bool) []string {
 		}
 	}
 	for _, pid := range cgroupPIDs(cgroupName(dir)) {
-		cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
-		out = append(out, fmt.Sprintf("process %s in the node's cgroups: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+		out = append(out, fmt.Sprintf("process %s in the node's cgroups: %s", pid, describeProcess(pid)))
 	}
 	for _, p := range watchedPaths {
 		if _, err := os.Lstat(p); err == nil && !before[p] {
@@ -357,4 +355,16 @@ func Leftovers(dir, mntNS string, before map[string]bool) []string {
 		}
 	}
 	return out
+}
+
+// describeProcess names a process by its command line, or by its comm in
+// brackets (as ps does) when the command line is empty: a kernel thread, a
+// zombie, or a process caught inside execve, whose new arguments are not
+// mapped yet even though its parent already saw the exec succeed.
+func describeProcess(pid string) string {
+	if cmdline, err := os.ReadFile("/proc/" + pid + "/cmdline"); err == nil && len(cmdline) > 0 {
+		return strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
+	}
+	comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+	return "[" + strings.TrimSpace(string(comm)) + "]"
 }

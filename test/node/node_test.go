@@ -45,8 +45,10 @@ func TestLeftoversFindsWhatANodeLeaves(t *testing.T) {
 	}
 	defer func() { _ = removeCgroups(cgroupName(dir)) }()
 
+	// Only the PID is certain: the sleeper may still be inside execve, its
+	// command line not yet mapped (CI saw "process 1922: " under load).
 	left := strings.Join(Leftovers(dir, mntNS, before), "\n")
-	if !strings.Contains(left, "process "+strconv.Itoa(sleeper.Process.Pid)+": sleep 60") {
+	if !strings.Contains(left, "process "+strconv.Itoa(sleeper.Process.Pid)+": ") {
 		t.Errorf("the process in the node's namespace is not reported:\n%s", left)
 	}
 	if !strings.Contains(left, "cgroup: ") || !strings.Contains(left, filepath.Base(dir)) {
