@@ -7,3 +7,7 @@ func (ix *Index) CachedMatchDevices() int {
 	defer ix.matches.mu.Unlock()
 	return len(ix.matches.m)
 }
+
+// KeptSelections returns how many of the last snapshot's selections this
+// snapshot patches instead of evaluating again.
+func (s *Snapshot) KeptSelections() int { return len(s.kept) }

@@ -55,6 +55,7 @@ func (s *Snapshot) patchClaims(prev *Snapshot, changed map[Key]*Claim) {
 			devices[r.Device] = struct{}{}
 		}
 	}
+	s.usageChanged = devices
 	for d := range devices {
 		var holders []*Claim
 		if u := prev.usage[d]; u != nil {

@@ -71,6 +71,13 @@ type Selection struct {
 
 	freeOn      map[string]int
 	networkFree int
+	// What a later snapshot with the same devices, classes and nodes keeps
+	// (patchSelection): the kept devices by node ("": network-attached),
+	// each node's counts, the nodes an evaluation error rejects.
+	onNode     map[string][]*Device
+	counts     map[string]nodeCount
+	errNodes   map[string]bool
+	errNetwork bool
 
 	holdersOnce sync.Once
 	holders     []*Pod  // pods holding kept devices
@@ -182,37 +189,38 @@ func (s *Snapshot) Select(class string, selectors []resourceapi.DeviceSelector, 
 	if ok {
 		return res
 	}
-	res = s.selectDevices(class, selectors, dm)
+	if prev := s.kept[key]; prev != nil {
+		res = s.patchSelection(prev, dm)
+	} else {
+		res = s.selectDevices(class, selectors, dm)
+	}
 	s.memoMu.Lock()
 	s.selectorMemo[key] = res
 	s.memoMu.Unlock()
 	return res
 }
 
-// nodeTally counts the kept devices reachable from one node (or the
-// network-attached ones), and those a new allocation could take; partitions
-// waits for the joint count.
-type nodeTally struct {
-	kept, free int
-	partitions []*Device
+func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSelector, dm Demand) *Selection {
+	res := s.matchDevices(class, selectors, dm)
+	res.counts = make(map[string]nodeCount, len(res.onNode))
+	for node, devices := range res.onNode {
+		res.counts[node] = s.countNode(devices, dm)
+	}
+	res.tally()
+	return res
 }
 
-func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSelector, dm Demand) *Selection {
-	res := &Selection{}
-	byNode := map[string]*nodeTally{}
-	var network nodeTally
-	errNodes := map[string]bool{}
-	errNetwork := false
+// matchDevices is the part of a selection that depends on the devices, the
+// class and the request only: the kept devices by node, the evaluation
+// errors and the nodes they reject, the devices too small for the request.
+func (s *Snapshot) matchDevices(class string, selectors []resourceapi.DeviceSelector, dm Demand) *Selection {
+	res := &Selection{onNode: map[string][]*Device{}}
 	// The class's own selectors failing on a device rejects its nodes too.
 	for _, d := range s.classErrors[class] {
 		res.Errors++
 		res.ClassErrors++
 		res.ErrorSample = append(res.ErrorSample, errorSample(d, "DeviceClass "+class, d.ClassErrors[class]))
-		if d.Node == "" {
-			errNetwork = true
-		} else {
-			errNodes[d.Node] = true
-		}
+		res.rejectNode(d.Node)
 	}
 	var kept *selectorMatches
 	if s.matches != nil && len(selectors) > 0 {
@@ -230,11 +238,7 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 			if err != nil {
 				res.Errors++
 				res.ErrorSample = append(res.ErrorSample, errorSample(d, "request", err.Error()))
-				if d.Node == "" {
-					errNetwork = true
-				} else {
-					errNodes[d.Node] = true
-				}
+				res.rejectNode(d.Node)
 				continue
 			}
 			if !match {
@@ -246,63 +250,87 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 			continue
 		}
 		res.Devices = append(res.Devices, d)
-		t := &network
-		if d.Node != "" {
-			t = byNode[d.Node]
-			if t == nil {
-				t = &nodeTally{}
-				byNode[d.Node] = t
-			}
-		}
-		t.kept++
-		if !s.availableFor(d, dm) {
-			continue
-		}
-		res.FreeEach++
-		if len(d.Counters) > 0 && !s.InUse(d.Key) {
-			t.partitions = append(t.partitions, d)
-			continue
-		}
-		t.free++
-	}
-	// Partitions of one counter set cannot all be given out: count how
-	// many a sequence of new claims could take.
-	for _, t := range byNode {
-		t.free += s.jointCount(t.partitions)
-		t.partitions = nil
-	}
-	network.free += s.jointCount(network.partitions)
-	network.partitions = nil
-	res.Free = network.free
-	for _, t := range byNode {
-		res.Free += t.free
+		res.onNode[d.Node] = append(res.onNode[d.Node], d)
 	}
 	if len(res.ErrorSample) > 3 {
 		slices.Sort(res.ErrorSample) // a stable sample whatever the map order
 		res.ErrorSample = res.ErrorSample[:3]
 	}
-	res.freeOn = make(map[string]int, len(byNode))
-	for node, t := range byNode {
-		res.freeOn[node] = t.free
-	}
-	res.networkFree = network.free
-	for node := range errNodes {
+	for node := range res.errNodes {
 		res.ErrorNodes = append(res.ErrorNodes, node)
-		if t := byNode[node]; t != nil {
-			res.FreeOnErrorNodes += t.free
-		}
 	}
 	slices.Sort(res.ErrorNodes)
-	if errNetwork {
+	if res.errNetwork {
 		res.ErrorNodes = append([]string{""}, res.ErrorNodes...)
+	}
+	return res
+}
+
+// rejectNode notes that a device on node ("": network-attached, reached
+// from every node) failed to evaluate.
+func (sel *Selection) rejectNode(node string) {
+	if node == "" {
+		sel.errNetwork = true
+		return
+	}
+	if sel.errNodes == nil {
+		sel.errNodes = map[string]bool{}
+	}
+	sel.errNodes[node] = true
+}
+
+// nodeCount is what a selection keeps on one node ("": the network-attached
+// devices): kept devices, how many a sequence of new allocations could take
+// (partitions of one counter set count jointly), and how many are free each
+// on its own.
+type nodeCount struct{ kept, free, freeEach int }
+
+// countNode counts the kept devices of one node against this snapshot's
+// allocations, counters, taints and nodes.
+func (s *Snapshot) countNode(devices []*Device, dm Demand) nodeCount {
+	c := nodeCount{kept: len(devices)}
+	var partitions []*Device
+	for _, d := range devices {
+		if !s.availableFor(d, dm) {
+			continue
+		}
+		c.freeEach++
+		if len(d.Counters) > 0 && !s.InUse(d.Key) {
+			partitions = append(partitions, d)
+			continue
+		}
+		c.free++
+	}
+	// Partitions of one counter set cannot all be given out: count how
+	// many a sequence of new claims could take.
+	c.free += s.jointCount(partitions)
+	return c
+}
+
+// tally sums the node counts into the selection's figures.
+func (res *Selection) tally() {
+	network := res.counts[""]
+	res.freeOn = make(map[string]int, len(res.counts))
+	for node, c := range res.counts {
+		res.Free += c.free
+		res.FreeEach += c.freeEach
+		if node != "" {
+			res.freeOn[node] = c.free
+		}
+	}
+	res.networkFree = network.free
+	for node := range res.errNodes {
+		res.FreeOnErrorNodes += res.freeOn[node]
+	}
+	if res.errNetwork {
 		res.FreeOnErrorNodes = res.Free
-		return res // every node reaches a device the selectors fail on
+		return // every node reaches a device the selectors fail on
 	}
 	// Nodes that only reach network-attached devices (no local device of
 	// the class) count as one candidate, "".
-	consider := func(node string, t nodeTally) {
+	consider := func(node string, c nodeCount) {
 		res.Nodes++
-		kept, free := t.kept+network.kept, t.free+network.free
+		kept, free := c.kept+network.kept, c.free+network.free
 		if free > res.BestNodeFree || (free == res.BestNodeFree && (res.Nodes == 1 || node < res.BestNode)) {
 			res.BestNode, res.BestNodeFree = node, free
 		}
@@ -312,17 +340,16 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 		}
 	}
 	nodes := 0
-	for node, t := range byNode {
-		if errNodes[node] {
+	for node, c := range res.counts {
+		if node == "" || res.errNodes[node] {
 			continue
 		}
 		nodes++
-		consider(node, *t)
+		consider(node, c)
 	}
 	if nodes == 0 && network.kept > 0 {
-		consider("", nodeTally{})
+		consider("", nodeCount{})
 	}
-	return res
 }
 
 // errorSample is one line of Selection.ErrorSample: the device, where it

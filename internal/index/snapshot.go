@@ -62,6 +62,14 @@ type Snapshot struct {
 	taintsOnce   sync.Once
 	ruleTaints   map[DeviceKey][]Taint
 	selectorMemo map[string]*Selection
+	// kept are the last snapshot's selections, which Select patches
+	// (keepSelections), recounting the nodes in recount; poolNodes are the
+	// nodes each pool's devices are on ("": network-attached).
+	kept      map[string]*Selection
+	recount   map[string]bool
+	poolNodes map[PoolKey]map[string]bool
+	// usageChanged are the devices whose allocations patchClaims changed.
+	usageChanged map[DeviceKey]struct{}
 
 	dpOnce sync.Once
 	dpUsed map[nodeResource]int64
@@ -170,7 +178,7 @@ func (ix *Index) snapshot(prev *Snapshot, changedClaims, changedPods map[Key]str
 	}
 	if devices {
 		s.Devices, s.deviceByKey, s.classDevices, s.classErrors, s.sliceTaints = prev.Devices, prev.deviceByKey, prev.classDevices, prev.classErrors, prev.sliceTaints
-		s.drawsCounters = prev.drawsCounters
+		s.drawsCounters, s.poolNodes = prev.drawsCounters, prev.poolNodes
 		s.poolCounters, s.poolProblems = prev.poolCounters, prev.poolProblems
 	} else {
 		s.Devices = slices.Collect(maps.Values(ix.devices))
@@ -232,6 +240,13 @@ func (ix *Index) snapshot(prev *Snapshot, changedClaims, changedPods map[Key]str
 		s.computeRemainingCounters()
 	}
 	s.selectorMemo = map[string]*Selection{}
+	// What a request can get changes with the devices, classes, taint
+	// rules and nodes, and, on the nodes of their pools, with the devices
+	// whose allocations changed: known when the claims were patched.
+	if devices && nodes && (claims || s.usageChanged != nil) {
+		s.keepSelections(prev, s.usageChanged)
+	}
+	s.usageChanged = nil
 	return s
 }
 
@@ -246,8 +261,14 @@ func (s *Snapshot) buildClasses() {
 func (s *Snapshot) buildDevices() {
 	s.deviceByKey = make(map[DeviceKey]*Device, len(s.Devices))
 	s.classDevices = map[string][]*Device{}
+	s.poolNodes = map[PoolKey]map[string]bool{}
 	for _, d := range s.Devices {
 		s.deviceByKey[d.Key] = d
+		pk := PoolKey{d.Key.Driver, d.Key.Pool}
+		if s.poolNodes[pk] == nil {
+			s.poolNodes[pk] = map[string]bool{}
+		}
+		s.poolNodes[pk][d.Node] = true
 		if len(d.Taints) > 0 {
 			s.sliceTaints = true
 		}
