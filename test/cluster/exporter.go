@@ -168,6 +168,25 @@ func (e *Exporter) WaitReady(ctx context.Context, timeout time.Duration) error {
 	return nil
 }
 
+// WaitServing waits until the exporter answers HTTP at all (/healthz):
+// its index exists by then, and with it the start time from which it
+// recovers transitions (the HTTP server starts after the index).
+func (e *Exporter) WaitServing(ctx context.Context, timeout time.Duration) error {
+	return WaitFor(ctx, timeout, "dra-exporter /healthz", func(ctx context.Context) (bool, error) {
+		select {
+		case <-e.exited:
+			return false, fmt.Errorf("dra-exporter exited: %s", Tail(e.Log, 20))
+		default:
+		}
+		resp, err := http.Get(e.URL + "/healthz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return true, nil
+	})
+}
+
 // PID is the exporter's process id.
 func (e *Exporter) PID() int { return e.cmd.Process.Pid }
 

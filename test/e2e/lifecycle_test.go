@@ -27,14 +27,23 @@ func settledReleaseCounts(t *testing.T) (unreserved, deallocated float64) {
 		return m.Sum("dra_claim_release_duration_seconds", map[string]string{"device_class": cluster.GPUClass, "stage": "unreserved"}),
 			m.Sum("dra_claim_release_duration_seconds", map[string]string{"device_class": cluster.GPUClass, "stage": "deallocated"})
 	}
+	// The tests before this one leave claims that their cleanup deletes,
+	// and each of those releases is timed too; on a loaded machine the
+	// controller-manager takes more than a second between a claim's steps,
+	// so the counts settle only once four reads a second apart agree.
 	u, d := read()
-	for i := 0; i < 50; i++ {
+	same := 0
+	for i := 0; i < 60 && same < 3; i++ {
 		time.Sleep(time.Second)
 		u2, d2 := read()
 		if u2 == u && d2 == d {
-			return u, d
+			same++
+			continue
 		}
-		u, d = u2, d2
+		u, d, same = u2, d2, 0
+	}
+	if same == 3 {
+		return u, d
 	}
 	t.Fatal("release counts never settled")
 	return 0, 0

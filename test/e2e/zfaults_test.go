@@ -312,9 +312,13 @@ func TestFaultExporterRestart(t *testing.T) {
 
 	api.Kill()
 	restarted := launchFaultExporter(t, "restart-new", kubeconfig)
-	// Timestamps have second resolution: what follows is at least a
-	// second after the process started.
-	time.Sleep(2 * time.Second)
+	// Timestamps have second resolution: what follows is more than a
+	// second after the exporter took its start time (before it serves
+	// HTTP; a loaded machine can take over a second to get there).
+	if err := restarted.WaitServing(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
 	runningPods(t, ns, "new-0", "new-1")
 	if err := api.Start(ctx); err != nil {
 		t.Fatal(err)

@@ -589,7 +589,9 @@ func scrapeService(ns, service, family string, interval time.Duration) *serviceS
 }
 
 func (s *serviceScraper) scrapeOnce(ns, service, family string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// The API server's answer is not the exporter's: on a loaded machine a
+	// list can take over a second, which is no missed scrape.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	eps, err := env.cp.Client.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + service})
 	if err != nil {
