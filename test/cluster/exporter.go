@@ -147,21 +147,9 @@ func launch(binary, logPath string, args []string) (*Exporter, error) {
 	return e, nil
 }
 
-// WaitReady waits for the exporter's /readyz.
+// WaitReady waits until /readyz answers 200.
 func (e *Exporter) WaitReady(ctx context.Context, timeout time.Duration) error {
-	err := WaitFor(ctx, timeout, "dra-exporter /readyz", func(ctx context.Context) (bool, error) {
-		select {
-		case <-e.exited:
-			return false, fmt.Errorf("dra-exporter exited: %s", Tail(e.Log, 20))
-		default:
-		}
-		resp, err := http.Get(e.URL + "/readyz")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
+	err := e.waitHTTP(ctx, timeout, "/readyz", func(status int) bool { return status == http.StatusOK })
 	if err != nil {
 		return fmt.Errorf("%w; log:\n%s", err, Tail(e.Log, 30))
 	}
@@ -172,18 +160,24 @@ func (e *Exporter) WaitReady(ctx context.Context, timeout time.Duration) error {
 // its index exists by then, and with it the start time from which it
 // recovers transitions (the HTTP server starts after the index).
 func (e *Exporter) WaitServing(ctx context.Context, timeout time.Duration) error {
-	return WaitFor(ctx, timeout, "dra-exporter /healthz", func(ctx context.Context) (bool, error) {
+	return e.waitHTTP(ctx, timeout, "/healthz", func(int) bool { return true })
+}
+
+// waitHTTP polls path until ok accepts the answer's status, or the
+// exporter exits.
+func (e *Exporter) waitHTTP(ctx context.Context, timeout time.Duration, path string, ok func(status int) bool) error {
+	return WaitFor(ctx, timeout, "dra-exporter "+path, func(ctx context.Context) (bool, error) {
 		select {
 		case <-e.exited:
 			return false, fmt.Errorf("dra-exporter exited: %s", Tail(e.Log, 20))
 		default:
 		}
-		resp, err := http.Get(e.URL + "/healthz")
+		resp, err := http.Get(e.URL + path)
 		if err != nil {
 			return false, nil
 		}
 		resp.Body.Close()
-		return true, nil
+		return ok(resp.StatusCode), nil
 	})
 }
 
