@@ -471,7 +471,7 @@ compat_bin = $(CACHE)/controlplane/$(1)/bin
 
 define COMPAT_BUILD
 $(call compat_bin,$(1))/.built: test/controlplane/compat/v1.$(call compat_minor,$(1))/go.mod test/controlplane/compat/v1.$(call compat_minor,$(1))/go.sum
-	@echo "$$(date -u +%T) >> building the control plane $(1) (cold: see docs/testing.md)"
+	@echo "$$$$(date -u +%T) >> building the control plane $(1) (cold: see docs/testing.md)"
 	rm -rf $(call compat_bin,$(1)).tmp && mkdir -p $(call compat_bin,$(1)).tmp
 	cd test/controlplane/compat/v1.$(call compat_minor,$(1)) && time $(GO) build $(HARNESS_GCFLAGS) -ldflags '-s -w \
 		-X k8s.io/component-base/version.gitVersion=$(1) -X k8s.io/component-base/version.gitMajor=1 \
