@@ -17,8 +17,9 @@ func fewChanged(changed, total int) bool { return changed <= 64 || changed <= to
 // since (nil: deleted), as buildClaims would build them from all claims
 // (the order of Claims and of a device's holders may differ: neither is
 // an order anything reads). prev's maps and slices are shared, never
-// written: a changed entry gets a new slice or usage.
-func (s *Snapshot) patchClaims(prev *Snapshot, changed map[Key]*Claim) {
+// written: a changed entry gets a new slice or usage. It returns the
+// devices whose allocations it patched.
+func (s *Snapshot) patchClaims(prev *Snapshot, changed map[Key]*Claim) map[DeviceKey]struct{} {
 	s.Claims = patchList(prev.Claims, changed, func(c *Claim) Key { return c.Key })
 	s.claimsByKey = patchByKey(prev.claimsByKey, changed)
 	s.claimsByOwner = maps.Clone(prev.claimsByOwner)
@@ -55,7 +56,6 @@ func (s *Snapshot) patchClaims(prev *Snapshot, changed map[Key]*Claim) {
 			devices[r.Device] = struct{}{}
 		}
 	}
-	s.usageChanged = devices
 	for d := range devices {
 		var holders []*Claim
 		if u := prev.usage[d]; u != nil {
@@ -84,6 +84,7 @@ func (s *Snapshot) patchClaims(prev *Snapshot, changed map[Key]*Claim) {
 			s.usage[d] = u
 		}
 	}
+	return devices
 }
 
 // without returns a copy of list without c.

@@ -69,8 +69,6 @@ type Selection struct {
 	// are left out of Devices, as if a selector excluded them.
 	TooSmall int
 
-	freeOn      map[string]int
-	networkFree int
 	// What a later snapshot with the same devices, classes and nodes keeps
 	// (patchSelection): the kept devices by node ("": network-attached),
 	// each node's counts, the nodes an evaluation error rejects.
@@ -144,19 +142,28 @@ func (sel *Selection) LowerPriorityHolders(s *Snapshot, prio int32) int {
 
 // FreeOn returns how many kept devices a new allocation on the node could
 // take: the node's own and the network-attached ones.
-func (sel *Selection) FreeOn(node string) int { return sel.freeOn[node] + sel.networkFree }
+func (sel *Selection) FreeOn(node string) int {
+	if node == "" {
+		return sel.freeAt("")
+	}
+	return sel.freeAt(node) + sel.freeAt("")
+}
 
 // freeAt is FreeOn without the network-attached devices; node "" counts
 // only those.
-func (sel *Selection) freeAt(node string) int {
-	if node == "" {
-		return sel.networkFree
-	}
-	return sel.freeOn[node]
-}
+func (sel *Selection) freeAt(node string) int { return sel.counts[node].free }
 
 // DeviceNodes returns the nodes with local kept devices, sorted.
-func (sel *Selection) DeviceNodes() []string { return slices.Sorted(maps.Keys(sel.freeOn)) }
+func (sel *Selection) DeviceNodes() []string {
+	var out []string
+	for node := range sel.counts {
+		if node != "" {
+			out = append(out, node)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // Select returns what a request with these selectors and demand can get
 // from the class. Results are memoised per snapshot: pods from one
@@ -310,17 +317,12 @@ func (s *Snapshot) countNode(devices []*Device, dm Demand) nodeCount {
 // tally sums the node counts into the selection's figures.
 func (res *Selection) tally() {
 	network := res.counts[""]
-	res.freeOn = make(map[string]int, len(res.counts))
-	for node, c := range res.counts {
+	for _, c := range res.counts {
 		res.Free += c.free
 		res.FreeEach += c.freeEach
-		if node != "" {
-			res.freeOn[node] = c.free
-		}
 	}
-	res.networkFree = network.free
 	for node := range res.errNodes {
-		res.FreeOnErrorNodes += res.freeOn[node]
+		res.FreeOnErrorNodes += res.freeAt(node)
 	}
 	if res.errNetwork {
 		res.FreeOnErrorNodes = res.Free

@@ -23,13 +23,9 @@ func (s *Snapshot) keepSelections(prev *Snapshot, changed map[DeviceKey]struct{}
 	// A device's pool is what its counters, and whether they are overdrawn,
 	// are shared within: every node that reaches a device of a changed
 	// device's pool is counted again.
-	pools := map[PoolKey]bool{}
-	for k := range changed {
-		pools[PoolKey{k.Driver, k.Pool}] = true
-	}
 	s.recount = map[string]bool{}
-	for pk := range pools {
-		for node := range s.poolNodes[pk] {
+	for k := range changed {
+		for node := range s.poolNodes[PoolKey{k.Driver, k.Pool}] {
 			s.recount[node] = true
 		}
 	}

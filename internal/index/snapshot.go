@@ -68,8 +68,6 @@ type Snapshot struct {
 	kept      map[string]*Selection
 	recount   map[string]bool
 	poolNodes map[PoolKey]map[string]bool
-	// usageChanged are the devices whose allocations patchClaims changed.
-	usageChanged map[DeviceKey]struct{}
 
 	dpOnce sync.Once
 	dpUsed map[nodeResource]int64
@@ -196,6 +194,8 @@ func (ix *Index) snapshot(prev *Snapshot, changedClaims, changedPods map[Key]str
 			}
 		}
 	}
+	// The devices whose allocations changed, when the claims are patched.
+	var usageChanged map[DeviceKey]struct{}
 	if claims {
 		s.Claims, s.claimsByKey, s.claimsByOwner, s.claimsByGroup, s.usage = prev.Claims, prev.claimsByKey, prev.claimsByOwner, prev.claimsByGroup, prev.usage
 		s.unreservedSince = prev.unreservedSince
@@ -203,7 +203,7 @@ func (ix *Index) snapshot(prev *Snapshot, changedClaims, changedPods map[Key]str
 		s.unreservedSince = maps.Clone(ix.unreservedSince)
 		if prev != nil && fewChanged(len(changedClaims), len(prev.Claims)) {
 			changed := current(changedClaims, ix.claims)
-			builds = append(builds, func() { s.patchClaims(prev, changed) })
+			builds = append(builds, func() { usageChanged = s.patchClaims(prev, changed) })
 		} else {
 			s.Claims = slices.Collect(maps.Values(ix.claims))
 			builds = append(builds, s.buildClaims)
@@ -243,10 +243,9 @@ func (ix *Index) snapshot(prev *Snapshot, changedClaims, changedPods map[Key]str
 	// What a request can get changes with the devices, classes, taint
 	// rules and nodes, and, on the nodes of their pools, with the devices
 	// whose allocations changed: known when the claims were patched.
-	if devices && nodes && (claims || s.usageChanged != nil) {
-		s.keepSelections(prev, s.usageChanged)
+	if devices && nodes && (claims || usageChanged != nil) {
+		s.keepSelections(prev, usageChanged)
 	}
-	s.usageChanged = nil
 	return s
 }
 
