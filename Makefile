@@ -188,8 +188,16 @@ TEST_GOFLAGS := GOFLAGS='-trimpath $(GOFLAGS)'
 
 # The build lane: each step waits for the one before (a chain of phony targets; each recipe is a
 # make of its own, -j1, so one go build runs at a time). The order is the suites' order of need.
-.PHONY: test-build-controlplane test-build-tools test-build-helm test-build-node-bins test-build-krew test-build-rollouts test-build-registry test-build-compat
-test-build-controlplane:
+.PHONY: test-build-exporter test-build-controlplane test-build-tools test-build-helm test-build-node-bins test-build-krew test-build-rollouts test-build-registry test-build-compat
+# First, before the lanes split: the exporter and every package of the main module. The control
+# plane and Prometheus share about 700 packages with it (client-go, apiserver, grpc, otel, x/net, at
+# the versions TestSharedModuleVersions keeps equal), and two go builds compiling the same package at
+# once both compile it; built first, the later builds find them in the Go cache.
+test-build-exporter:
+	@echo "$$(date -u +%T) >> building the exporter and the main module's packages"
+	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 build
+	time $(TEST_GOFLAGS) $(GO) build ./...
+test-build-controlplane: test-build-exporter
 	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 controlplane
 test-build-tools: test-build-controlplane
 	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 tools
@@ -209,7 +217,7 @@ test-build-compat: test-build-registry
 
 # The test lane: what needs no tool first (beside the control plane's build), then the suites.
 .PHONY: test-units test-suite-tools test-suite-release test-suite-node
-test-units:
+test-units: test-build-exporter
 	@echo "$$(date -u +%T) >> the unit lane: build, lint, race, images, unit tests"
 	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 build node-packages lint test-race image-test
 	time $(TEST_GOFLAGS) $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v -e '/test/nodee2e$$' $(foreach p,$(TOOL_PKGS),-e '$(patsubst ./%/,/%$$,$(patsubst ./%/...,/%,$(p)))'))
