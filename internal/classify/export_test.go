@@ -13,3 +13,10 @@ func (m *Memo) Entries() int {
 	defer m.mu.Unlock()
 	return len(m.pods)
 }
+
+// LeakAsks returns how many claims the memo's leaks asked.
+func (m *Memo) LeakAsks() int {
+	m.leaks.mu.Lock()
+	defer m.leaks.mu.Unlock()
+	return m.leaks.asked
+}

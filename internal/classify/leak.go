@@ -83,63 +83,83 @@ type Leak struct {
 func Leaks(s *index.Snapshot, now time.Time, grace time.Duration) []Leak {
 	var out []Leak
 	for _, c := range s.Claims {
-		if !s.Owns(c.Key.Namespace) {
-			continue
-		}
-		var reported []types.UID // a claim is reserved for one pod or a few
-		for _, r := range c.Obj.Status.ReservedFor {
-			if r.Resource != "pods" || r.APIGroup != "" {
-				continue
-			}
-			p := s.Pod(index.Key{Namespace: c.Key.Namespace, Name: r.Name})
-			var reason LeakReason
-			var detail string
-			switch {
-			case p == nil:
-				reason, detail = LeakPodMissing, fmt.Sprintf("reserved for pod %s (uid %s), which does not exist", r.Name, r.UID)
-			case p.UID != r.UID:
-				reason, detail = LeakPodRecreated, fmt.Sprintf("reserved for pod %s uid %s; the pod of that name now has uid %s", r.Name, r.UID, p.UID)
-			case p.Terminal():
-				reason, detail = LeakPodFinished, fmt.Sprintf("reserved for pod %s, which has finished (phase %s)", r.Name, p.Obj.Status.Phase)
-			case p.Obj.DeletionTimestamp != nil && p.Obj.Spec.NodeName == "":
-				// The resourceclaim controller's isPodDone: deleted before
-				// it was bound, it never runs.
-				reason, detail = LeakPodFinished, fmt.Sprintf("reserved for pod %s, which was deleted before it was bound", r.Name)
-			default:
-				since, stuck := stuckSince(p)
-				if !stuck {
-					out = append(out, notEvicted(s, c, p, now, grace)...)
-					continue
-				}
-				if now.Sub(since) <= grace {
-					continue
-				}
-				reason, detail = LeakPodStuckTerminating, fmt.Sprintf("reserved for pod %s on node %s, deleted and past its deadline since %s (%s) with no container running: the kubelet cannot finish it (a failing NodeUnprepareResources of the driver keeps it, kubernetes#139772)",
-					r.Name, p.Obj.Spec.NodeName, since.UTC().Format(time.RFC3339), now.Sub(since).Round(time.Second))
-			}
-			reported = append(reported, r.UID)
-			out = append(out, perDevice(s, c, Leak{Claim: c, Pod: r.Name, PodUID: r.UID, Reason: reason, Detail: detail})...)
-		}
-		if o := c.OwnerPod; o != nil && !slices.Contains(reported, o.UID) {
-			p := s.Pod(index.Key{Namespace: c.Key.Namespace, Name: o.Name})
-			if p == nil || p.UID != o.UID {
-				out = append(out, perDevice(s, c, Leak{Claim: c, Pod: o.Name, PodUID: o.UID, Reason: LeakOwnerMissing,
-					Detail: fmt.Sprintf("generated for pod %s (uid %s), which no longer exists", o.Name, o.UID)})...)
-				continue
-			}
-		}
-		if c.Allocated() && len(c.Obj.Status.ReservedFor) == 0 {
-			since := s.UnreservedSince(c)
-			if idle := now.Sub(since); idle > grace {
-				l := Leak{Claim: c, Reason: LeakUnreserved, Detail: fmt.Sprintf("allocated and reserved for nobody since %s (%s)", since.UTC().Format(time.RFC3339), idle.Round(time.Second))}
-				if o := c.OwnerPod; o != nil {
-					l.Pod, l.PodUID = o.Name, o.UID
-				}
-				out = append(out, perDevice(s, c, l)...)
-			}
+		if s.Owns(c.Key.Namespace) {
+			out = append(out, claimLeaks(s, c, now, grace)...)
 		}
 	}
 	return out
+}
+
+// claimLeaks is Leaks of one claim. It reads the claim, the pods it names
+// (leakReads), and the devices and taints of its allocation.
+func claimLeaks(s *index.Snapshot, c *index.Claim, now time.Time, grace time.Duration) []Leak {
+	var out []Leak
+	var reported []types.UID // a claim is reserved for one pod or a few
+	for _, r := range c.Obj.Status.ReservedFor {
+		if r.Resource != "pods" || r.APIGroup != "" {
+			continue
+		}
+		p := s.Pod(index.Key{Namespace: c.Key.Namespace, Name: r.Name})
+		var reason LeakReason
+		var detail string
+		switch {
+		case p == nil:
+			reason, detail = LeakPodMissing, fmt.Sprintf("reserved for pod %s (uid %s), which does not exist", r.Name, r.UID)
+		case p.UID != r.UID:
+			reason, detail = LeakPodRecreated, fmt.Sprintf("reserved for pod %s uid %s; the pod of that name now has uid %s", r.Name, r.UID, p.UID)
+		case p.Terminal():
+			reason, detail = LeakPodFinished, fmt.Sprintf("reserved for pod %s, which has finished (phase %s)", r.Name, p.Obj.Status.Phase)
+		case p.Obj.DeletionTimestamp != nil && p.Obj.Spec.NodeName == "":
+			// The resourceclaim controller's isPodDone: deleted before
+			// it was bound, it never runs.
+			reason, detail = LeakPodFinished, fmt.Sprintf("reserved for pod %s, which was deleted before it was bound", r.Name)
+		default:
+			since, stuck := stuckSince(p)
+			if !stuck {
+				out = append(out, notEvicted(s, c, p, now, grace)...)
+				continue
+			}
+			if now.Sub(since) <= grace {
+				continue
+			}
+			reason, detail = LeakPodStuckTerminating, fmt.Sprintf("reserved for pod %s on node %s, deleted and past its deadline since %s (%s) with no container running: the kubelet cannot finish it (a failing NodeUnprepareResources of the driver keeps it, kubernetes#139772)",
+				r.Name, p.Obj.Spec.NodeName, since.UTC().Format(time.RFC3339), now.Sub(since).Round(time.Second))
+		}
+		reported = append(reported, r.UID)
+		out = append(out, perDevice(s, c, Leak{Claim: c, Pod: r.Name, PodUID: r.UID, Reason: reason, Detail: detail})...)
+	}
+	if o := c.OwnerPod; o != nil && !slices.Contains(reported, o.UID) {
+		p := s.Pod(index.Key{Namespace: c.Key.Namespace, Name: o.Name})
+		if p == nil || p.UID != o.UID {
+			return append(out, perDevice(s, c, Leak{Claim: c, Pod: o.Name, PodUID: o.UID, Reason: LeakOwnerMissing,
+				Detail: fmt.Sprintf("generated for pod %s (uid %s), which no longer exists", o.Name, o.UID)})...)
+		}
+	}
+	if c.Allocated() && len(c.Obj.Status.ReservedFor) == 0 {
+		since := s.UnreservedSince(c)
+		if idle := now.Sub(since); idle > grace {
+			l := Leak{Claim: c, Reason: LeakUnreserved, Detail: fmt.Sprintf("allocated and reserved for nobody since %s (%s)", since.UTC().Format(time.RFC3339), idle.Round(time.Second))}
+			if o := c.OwnerPod; o != nil {
+				l.Pod, l.PodUID = o.Name, o.UID
+			}
+			out = append(out, perDevice(s, c, l)...)
+		}
+	}
+	return out
+}
+
+// leakReads returns the keys of the pods claimLeaks and claimLeaksChangeAt
+// look up for claim c: the names in its status.reservedFor (the latter
+// looks up every consumer's name as a pod's), and its owner.
+func leakReads(c *index.Claim) []index.Key {
+	var keys []index.Key
+	for _, r := range c.Obj.Status.ReservedFor {
+		keys = append(keys, index.Key{Namespace: c.Key.Namespace, Name: r.Name})
+	}
+	if o := c.OwnerPod; o != nil {
+		keys = append(keys, index.Key{Namespace: c.Key.Namespace, Name: o.Name})
+	}
+	return keys
 }
 
 // notEvicted lists the devices of claim c, reserved for the live pod p,
@@ -244,40 +264,53 @@ func perDevice(s *index.Snapshot, c *index.Claim, l Leak) []Leak {
 // means never (only a change to the index can change the answer).
 func LeaksChangeAt(s *index.Snapshot, now time.Time, grace time.Duration) time.Time {
 	var at time.Time
-	earliest := func(end time.Time) {
-		if end.After(now) && (at.IsZero() || end.Before(at)) {
-			at = end
+	for _, c := range s.Claims {
+		if s.Owns(c.Key.Namespace) {
+			at = earlier(at, claimLeaksChangeAt(s, c, now, grace))
 		}
 	}
-	for _, c := range s.Claims {
-		if !s.Owns(c.Key.Namespace) {
-			continue
+	return at
+}
+
+// earlier returns the earlier of two times, the zero time standing for
+// never.
+func earlier(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// claimLeaksChangeAt is LeaksChangeAt of one claim; it reads what
+// claimLeaks reads.
+func claimLeaksChangeAt(s *index.Snapshot, c *index.Claim, now time.Time, grace time.Duration) time.Time {
+	var at time.Time
+	earliest := func(end time.Time) {
+		if end.After(now) {
+			at = earlier(at, end)
 		}
-		for _, r := range c.Obj.Status.ReservedFor {
-			if p := s.Pod(index.Key{Namespace: c.Key.Namespace, Name: r.Name}); p != nil && p.UID == r.UID {
-				if since, stuck := stuckSince(p); stuck {
-					earliest(since.Add(grace).Add(time.Nanosecond))
-				} else if p.Obj.DeletionTimestamp == nil && p.Obj.Spec.NodeName != "" && s.AnyDeviceTaints() {
-					for _, res := range c.Results {
-						if d := s.Device(res.Device); d != nil && !res.AdminAccess {
-							if t, ok := untoleratedNoExecute(s.Taints(d), requestTolerations(c, res.Request)); ok {
-								earliest(t.TimeAdded.Add(grace).Add(time.Nanosecond))
-							}
+	}
+	for _, r := range c.Obj.Status.ReservedFor {
+		if p := s.Pod(index.Key{Namespace: c.Key.Namespace, Name: r.Name}); p != nil && p.UID == r.UID {
+			if since, stuck := stuckSince(p); stuck {
+				earliest(since.Add(grace).Add(time.Nanosecond))
+			} else if p.Obj.DeletionTimestamp == nil && p.Obj.Spec.NodeName != "" && s.AnyDeviceTaints() {
+				for _, res := range c.Results {
+					if d := s.Device(res.Device); d != nil && !res.AdminAccess {
+						if t, ok := untoleratedNoExecute(s.Taints(d), requestTolerations(c, res.Request)); ok {
+							earliest(t.TimeAdded.Add(grace).Add(time.Nanosecond))
 						}
 					}
 				}
 			}
 		}
-		if !c.Allocated() || len(c.Obj.Status.ReservedFor) != 0 {
-			continue
-		}
-		end := s.UnreservedSince(c).Add(grace)
-		if now.Sub(end) > 0 {
-			continue // already leaked
-		}
-		if at.IsZero() || end.Before(at) {
-			at = end
-		}
 	}
-	return at
+	if !c.Allocated() || len(c.Obj.Status.ReservedFor) != 0 {
+		return at
+	}
+	end := s.UnreservedSince(c).Add(grace)
+	if now.Sub(end) > 0 {
+		return at // already leaked
+	}
+	return earlier(at, end)
 }

@@ -52,7 +52,7 @@ type Memo struct {
 	last *podAnswer
 
 	// The snapshot-wide answers (memoworld.go).
-	leaks                       wide[[]Leak]
+	leaks                       leakMemo
 	conflicts                   wide[[]Conflict]
 	classCapacity, laneCapacity wide[[]index.Capacity]
 }

@@ -41,20 +41,18 @@ func (w *wide[T]) get(s *index.Snapshot, now time.Time, grace time.Duration, com
 }
 
 // Leaks is Leaks(s, now, grace), kept while the world is the same and no
-// grace period or deletion deadline passed (LeaksChangeAt).
+// grace period or deletion deadline passed (LeaksChangeAt), and asked again
+// only of the claims that changed or name a pod that did when only claims
+// and pods changed (leakmemo.go).
 func (m *Memo) Leaks(s *index.Snapshot, now time.Time, grace time.Duration) []Leak {
-	out, _ := m.leaks.get(s, now, grace, func() ([]Leak, time.Time) {
-		return Leaks(s, now, grace), LeaksChangeAt(s, now, grace)
-	})
+	out, _ := m.leaks.get(s, now, grace)
 	return out
 }
 
 // LeaksStableUntil is when Leaks's answer for s stops holding with the
 // clock (the zero time: until the snapshot changes).
 func (m *Memo) LeaksStableUntil(s *index.Snapshot, now time.Time, grace time.Duration) time.Time {
-	_, until := m.leaks.get(s, now, grace, func() ([]Leak, time.Time) {
-		return Leaks(s, now, grace), LeaksChangeAt(s, now, grace)
-	})
+	_, until := m.leaks.get(s, now, grace)
 	return until
 }
 
