@@ -195,7 +195,6 @@ TEST_GOFLAGS := GOFLAGS='-trimpath $(GOFLAGS)'
 # once both compile it; built first, the later builds find them in the Go cache.
 test-build-exporter:
 	@echo "$$(date -u +%T) >> building the exporter and the main module's packages"
-	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 build
 	time $(TEST_GOFLAGS) $(GO) build ./...
 test-build-controlplane: test-build-exporter
 	@$(TEST_GOFLAGS) $(MAKE) --no-print-directory -j1 controlplane
