@@ -1,10 +1,6 @@
 package index
 
-import (
-	"cmp"
-	"slices"
-	"strings"
-)
+import "slices"
 
 // Device states in capacity figures. A device that is neither allocated nor
 // free is unavailable: tainted, its pool incomplete or invalid, or a sibling
@@ -31,8 +27,19 @@ type Capacity struct {
 
 // ClassCapacity counts the devices each class selects, per node. A class
 // that selects no device reports one row with node "" and zeros, so that
-// "no devices for this class" is a value, not an absent series.
+// "no devices for this class" is a value, not an absent series. Computed
+// once per snapshot; a snapshot taken after a change of placement patches
+// the last one's rows (cappatch.go). The rows must not be modified.
 func (s *Snapshot) ClassCapacity() []Capacity {
+	return s.classCap.get(func() []Capacity {
+		if s.keptClassCap != nil {
+			return s.patchClassCapacity(*s.keptClassCap)
+		}
+		return s.classCapacity()
+	})
+}
+
+func (s *Snapshot) classCapacity() []Capacity {
 	var out []Capacity
 	for _, c := range s.Classes {
 		byNode := map[string]*Capacity{}
@@ -66,35 +73,69 @@ func (s *Snapshot) ClassCapacity() []Capacity {
 // made for extended-resource requests). The device-plugin lane counts node
 // allocatable and pod requests of the device-plugin resources; its
 // device_class is the class serving the same extended resource name when
-// one exists, else the resource name itself.
+// one exists, else the resource name itself. Computed once per snapshot,
+// patched as ClassCapacity is; the rows must not be modified.
 func (s *Snapshot) LaneCapacity() []Capacity {
-	rows := map[Capacity]*Capacity{}
-	row := func(lane, class, node string) *Capacity {
-		k := Capacity{Lane: lane, DeviceClass: class, Node: node}
-		r := rows[k]
-		if r == nil {
-			r = &Capacity{Lane: lane, DeviceClass: class, Node: node}
-			rows[k] = r
+	return s.laneCap.get(func() []Capacity {
+		if s.keptLaneCap != nil {
+			return s.patchLaneCapacity(*s.keptLaneCap)
 		}
-		return r
+		rows := laneRows{}
+		for _, c := range s.Classes {
+			s.draRows(rows, c.Name, s.classDevices[c.Name])
+		}
+		s.devicePluginRows(rows)
+		return rows.sorted()
+	})
+}
+
+// laneRows are lane capacity rows being counted, by lane, class and node.
+type laneRows map[Capacity]*Capacity
+
+func (rows laneRows) row(lane, class, node string) *Capacity {
+	k := Capacity{Lane: lane, DeviceClass: class, Node: node}
+	r := rows[k]
+	if r == nil {
+		r = &Capacity{Lane: lane, DeviceClass: class, Node: node}
+		rows[k] = r
 	}
-	for _, c := range s.Classes {
-		sel := s.Select(c.Name, nil, Demand{Least: true})
-		for _, d := range s.classDevices[c.Name] {
-			dra := row(LaneDRA, c.Name, d.Node)
-			if dra.Total == 0 {
-				dra.Free = sel.freeAt(d.Node)
-			}
-			dra.Total++
-			claims := s.AllocatedTo(d.Key)
-			switch {
-			case len(claims) > 0 && slices.ContainsFunc(claims, func(cl *Claim) bool { return !cl.Extended }):
-				dra.Allocated++
-			case len(claims) > 0:
-				row(LaneDRAExtended, c.Name, d.Node).Allocated++
-			}
+	return r
+}
+
+func (rows laneRows) sorted() []Capacity {
+	out := make([]Capacity, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, *r)
+	}
+	sortCapacity(out)
+	return out
+}
+
+// draRows counts a class's devices (all of them, or those of some nodes)
+// into the dra and dra-extended lanes.
+func (s *Snapshot) draRows(rows laneRows, class string, devices []*Device) {
+	if len(devices) == 0 {
+		return
+	}
+	sel := s.Select(class, nil, Demand{Least: true})
+	for _, d := range devices {
+		dra := rows.row(LaneDRA, class, d.Node)
+		if dra.Total == 0 {
+			dra.Free = sel.freeAt(d.Node)
+		}
+		dra.Total++
+		claims := s.AllocatedTo(d.Key)
+		switch {
+		case len(claims) > 0 && slices.ContainsFunc(claims, func(cl *Claim) bool { return !cl.Extended }):
+			dra.Allocated++
+		case len(claims) > 0:
+			rows.row(LaneDRAExtended, class, d.Node).Allocated++
 		}
 	}
+}
+
+// devicePluginRows counts the device-plugin lane.
+func (s *Snapshot) devicePluginRows(rows laneRows) {
 	used := s.devicePluginUsed()
 	for _, n := range s.Nodes {
 		for _, name := range s.devicePlugin {
@@ -112,7 +153,7 @@ func (s *Snapshot) LaneCapacity() []Capacity {
 			if c := s.ClassForExtendedResource(name); c != nil {
 				class = c.Name
 			}
-			r := row(LaneDevicePlugin, class, n.Name)
+			r := rows.row(LaneDevicePlugin, class, n.Name)
 			r.Total += int(total)
 			r.Allocated += int(alloc)
 			if n.Unusable == "" {
@@ -120,20 +161,12 @@ func (s *Snapshot) LaneCapacity() []Capacity {
 			}
 		}
 	}
-	out := make([]Capacity, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, *r)
-	}
-	sortCapacity(out)
-	return out
 }
 
 func sortCapacity(rows []Capacity) {
 	// Field by field (joining the fields per comparison allocated two
 	// strings each time: 350k of them for 12k nodes).
-	slices.SortFunc(rows, func(a, b Capacity) int {
-		return cmp.Or(strings.Compare(a.Lane, b.Lane), strings.Compare(a.DeviceClass, b.DeviceClass), strings.Compare(a.Node, b.Node))
-	})
+	slices.SortFunc(rows, compareCapacity)
 }
 
 type nodeResource struct{ node, resource string }

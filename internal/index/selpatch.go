@@ -18,7 +18,6 @@ func (s *Snapshot) keepSelections(prev *Snapshot, changed map[DeviceKey]struct{}
 	prev.memoMu.Unlock()
 	if len(s.kept) == 0 {
 		s.kept = nil
-		return
 	}
 	// A device's pool is what its counters, and whether they are overdrawn,
 	// are shared within: every node that reaches a device of a changed
@@ -29,6 +28,7 @@ func (s *Snapshot) keepSelections(prev *Snapshot, changed map[DeviceKey]struct{}
 			s.recount[node] = true
 		}
 	}
+	s.keepCapacity(prev)
 }
 
 // patchSelection is prev, a selection of the same request over the same

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -71,6 +72,13 @@ type Snapshot struct {
 
 	dpOnce sync.Once
 	dpUsed map[nodeResource]int64
+
+	// The capacity rows, computed once; keptClassCap and keptLaneCap are
+	// the last snapshot's, which these patch over the nodes in recount,
+	// and byNode each class's devices by node (cappatch.go).
+	classCap, laneCap         capacityRows
+	keptClassCap, keptLaneCap *[]Capacity
+	byNode                    atomic.Pointer[map[string]map[string][]*Device]
 
 	// trace, when set, is called with each record a lookup hands out
 	// (TraceReads).
