@@ -26,9 +26,11 @@ import (
 //     every pod again;
 //   - a gate reads its pod's verdict, where its claims are allocated and
 //     whom they are reserved for, and the devices (the nodes of its
-//     allocation), by version: a change of placement checks every pod's
-//     claims (a map lookup each) and evaluates those whose claims changed;
-//     a driver's device status changes nothing here.
+//     allocation), by version: a change of placement evaluates again
+//     the gates of the pods whose claims are among the claims changed
+//     since the last pass (the index's change sets; where the snapshot
+//     cannot tell, those whose claims are not the snapshot's records); a
+//     driver's device status changes nothing here.
 //
 // The zero value is ready, with no negative controls; it is safe for
 // concurrent use. The verdicts and gates are the same as Blocked's,
@@ -196,6 +198,13 @@ func (m *Memo) answer(s *index.Snapshot) *podAnswer {
 	// claim is allocated and whom it is reserved for.
 	claimsSame := m.valid && v.Unchanged(m.version, index.KindsOf(index.KindClaim))
 	placementSame := m.valid && v.Unchanged(m.version, index.KindsOf(index.KindPlacement))
+	// The claims written or deleted since the last pass, when s was taken
+	// right after its snapshot (the index's change sets): a gate's claims
+	// are current unless one of them is among those.
+	var changed claimChanges
+	if m.valid {
+		changed.claims, _, changed.known = s.Changed(m.version)
+	}
 	m.calls++
 	out := &podAnswer{version: v}
 	verdicts := 0
@@ -220,7 +229,7 @@ func (m *Memo) answer(s *index.Snapshot) *podAnswer {
 		if e == nil {
 			e = m.entry(p, s.PodEventRecords(p))
 		}
-		m.gate(s, e, verdict, placementSame)
+		m.gate(s, e, verdict, placementSame, changed)
 		out.gates = append(out.gates, e.gate)
 	}
 	m.version, m.valid = v, true
@@ -260,10 +269,10 @@ func (m *Memo) gated(s *index.Snapshot, p *index.Pod) bool {
 
 // gate brings an entry's gate to s, given the pod's verdict (nil: not
 // blocked).
-func (m *Memo) gate(s *index.Snapshot, e *podMemo, v *Verdict, placementSame bool) {
+func (m *Memo) gate(s *index.Snapshot, e *podMemo, v *Verdict, placementSame bool, changed claimChanges) {
 	p := e.pod
 	same := e.gate != nil && e.gateVerdict == keyOf(v)
-	if same && !placementSame && !claimsCurrent(s, p, e.gateClaims) {
+	if same && !placementSame && !claimsCurrent(s, p, e.gateClaims, changed) {
 		same = slices.Equal(e.gateClaims, s.ResolvePodClaims(p))
 	}
 	if !same {
@@ -281,18 +290,35 @@ func (m *Memo) gate(s *index.Snapshot, e *podMemo, v *Verdict, placementSame boo
 	e.gateCall = m.calls
 }
 
-// claimsCurrent reports whether each claim the pod resolved to is still the
-// snapshot's record of that name: a map lookup a claim, where resolving is
-// a walk of the pod's spec, status and owned claims. Only when every claim
-// was found and the pod requests no extended resource (whose claim the
-// scheduler creates before it records it in the pod's status): a claim
-// created since could otherwise be missed.
-func claimsCurrent(s *index.Snapshot, p *index.Pod, kept []index.PodClaim) bool {
+// claimChanges are the claims changed since the memo's last pass, when the
+// snapshot can tell (known).
+type claimChanges struct {
+	claims map[index.Key]*index.Claim
+	known  bool
+}
+
+// claimsCurrent reports whether each claim the pod resolved to is, in what
+// a gate reads of it, the snapshot's claim of that name: none of them
+// changed since the last pass (which brought every gate to its snapshot),
+// or, when the snapshot cannot tell, each is still the snapshot's record
+// of that name: a map lookup a claim, where resolving is a walk of the
+// pod's spec, status and owned claims. Only when every claim was found and
+// the pod requests no extended resource (whose claim the scheduler creates
+// before it records it in the pod's status): a claim created since could
+// otherwise be missed.
+func claimsCurrent(s *index.Snapshot, p *index.Pod, kept []index.PodClaim, changed claimChanges) bool {
 	if len(p.ExtendedRequests) > 0 {
 		return false
 	}
 	for _, pc := range kept {
-		if pc.Claim == nil || s.Claim(pc.Claim.Key) != pc.Claim {
+		if pc.Claim == nil {
+			return false
+		}
+		if changed.known {
+			if _, ok := changed.claims[pc.Claim.Key]; ok {
+				return false
+			}
+		} else if s.Claim(pc.Claim.Key) != pc.Claim {
 			return false
 		}
 	}

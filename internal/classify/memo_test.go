@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/index"
@@ -121,6 +122,21 @@ func TestMemoGatesEvaluateOnlyWhatChanged(t *testing.T) {
 	check("nothing changed")
 	Upsert(t, ix, Event("e-1", pods[1], "FailedScheduling", "0/1 nodes are available", time.Unix(1e9, 0)), true)
 	check("an event about one pod", "p-1")
+	// The driver writes its device status on the ready pod's claim: no
+	// change of placement, so no gate moves (the verdicts walk again). A
+	// change of placement of p-0's claim after it moves p-0's gate only:
+	// the ready pod's claim is not among the claims changed since, though
+	// its gate was made with the claim's record before the status.
+	allocated := ReservedFor(Allocated(readyClaim(), "node-1", T0, Result("gpu", "node-1", "gpu-0")), ready)
+	withStatus := allocated.DeepCopy()
+	withStatus.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: Driver, Pool: "node-1", Device: "gpu-0",
+		Conditions: []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Prepared", LastTransitionTime: metav1.NewTime(T0)}}}}
+	Upsert(t, ix, withStatus, true)
+	check("a driver's device status on the ready pod's claim")
+	c0 := OwnedBy(Claim("c-0", "uid-c-0", Request("gpu", GPUClassName)), pods[0], "gpu")
+	c0.Generation = 2
+	Upsert(t, ix, c0, true)
+	check("a change of placement of p-0's claim", "p-0")
 	before := m.Walks()
 	Upsert(t, ix, Node("node-2", 0), true)
 	check("a new node: the verdicts say the same")
