@@ -254,7 +254,7 @@ test-unit: ## Run the tests that need no control plane (e2e, real-node and promt
 	DRA_E2E_SKIP=1 $(GO) test -count=1 ./...
 
 # The packages where scrapes, informer handlers and GPU library calls run concurrently.
-RACE_PKGS := ./collector/ ./internal/engine/ ./internal/index/ ./internal/kube/ ./internal/node/gpu/ ./internal/node/collector/
+RACE_PKGS := ./collector/ ./internal/engine/ ./internal/index/ ./internal/allocator/ ./internal/kube/ ./internal/node/gpu/ ./internal/node/collector/
 
 .PHONY: test-race
 test-race: ## Run the concurrency-sensitive packages under the race detector.

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/engine"
 )
@@ -41,7 +42,7 @@ func TestGeneratorShapes(t *testing.T) {
 	if inUse != 900 {
 		t.Errorf("devices in use: got %d, want 900", inUse)
 	}
-	for _, row := range s.ClassCapacity() {
+	for _, row := range allocator.Of(s).ClassCapacity() {
 		switch row.DeviceClass {
 		case GPUClass:
 			if row.Total != GPUsPerNode || row.Allocated+row.Free != row.Total {

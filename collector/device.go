@@ -8,6 +8,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/family"
 	"github.com/dra-exporter/dra-exporter/internal/index"
@@ -159,7 +160,7 @@ func (c *deviceCollector) row(s *index.Snapshot, d *index.Device, rows *engine.R
 	if q, ok := capacity(d, "memory"); ok {
 		e.Gauge(c.memory, q, d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device)
 	}
-	for name, q := range s.RemainingCapacity(d) {
+	for name, q := range allocator.Of(s).RemainingCapacity(d) {
 		e.Gauge(c.remaining, q.AsApproximateFloat64(), d.Key.Driver, d.Key.Pool, d.Node, d.Key.Device, string(name))
 	}
 }

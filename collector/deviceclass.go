@@ -3,6 +3,7 @@ package collector
 import (
 	"time"
 
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/family"
@@ -63,9 +64,9 @@ type selectorErrors struct {
 func (c deviceClassCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows) {
 	for _, row := range c.memo.ClassCapacity(s) {
 		if e := rows.Row(row); e != nil {
-			e.Gauge(classDevices, float64(row.Total), row.DeviceClass, row.Node, index.StateTotal)
-			e.Gauge(classDevices, float64(row.Allocated), row.DeviceClass, row.Node, index.StateAllocated)
-			e.Gauge(classDevices, float64(row.Free), row.DeviceClass, row.Node, index.StateFree)
+			e.Gauge(classDevices, float64(row.Total), row.DeviceClass, row.Node, allocator.StateTotal)
+			e.Gauge(classDevices, float64(row.Allocated), row.DeviceClass, row.Node, allocator.StateAllocated)
+			e.Gauge(classDevices, float64(row.Free), row.DeviceClass, row.Node, allocator.StateFree)
 		}
 	}
 	errors := map[string]int{}

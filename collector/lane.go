@@ -3,6 +3,7 @@ package collector
 import (
 	"time"
 
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/family"
@@ -38,9 +39,9 @@ func (c laneCollector) EachRow(s *index.Snapshot, _ time.Time, rows *engine.Rows
 			continue
 		}
 		if r.Lane != index.LaneDRAExtended {
-			e.Gauge(laneDevices, float64(r.Total), r.Lane, r.Node, r.DeviceClass, index.StateTotal)
-			e.Gauge(laneDevices, float64(r.Free), r.Lane, r.Node, r.DeviceClass, index.StateFree)
+			e.Gauge(laneDevices, float64(r.Total), r.Lane, r.Node, r.DeviceClass, allocator.StateTotal)
+			e.Gauge(laneDevices, float64(r.Free), r.Lane, r.Node, r.DeviceClass, allocator.StateFree)
 		}
-		e.Gauge(laneDevices, float64(r.Allocated), r.Lane, r.Node, r.DeviceClass, index.StateAllocated)
+		e.Gauge(laneDevices, float64(r.Allocated), r.Lane, r.Node, r.DeviceClass, allocator.StateAllocated)
 	}
 }

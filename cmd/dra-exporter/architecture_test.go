@@ -40,8 +40,8 @@ func TestImportRules(t *testing.T) {
 			if own, ok := strings.CutPrefix(imp, modulePath); ok && !slices.Contains(rule, own) {
 				t.Errorf("%s imports %s, which docs/architecture.md does not allow", pkg, own)
 			}
-			if (pkg == "internal/index" || pkg == "internal/classify") && strings.HasPrefix(imp, "github.com/prometheus/") {
-				t.Errorf("%s imports %s: the index and the classifier stay free of Prometheus", pkg, imp)
+			if (pkg == "internal/index" || pkg == "internal/allocator" || pkg == "internal/classify") && strings.HasPrefix(imp, "github.com/prometheus/") {
+				t.Errorf("%s imports %s: the index, the allocator model and the classifier stay free of Prometheus", pkg, imp)
 			}
 			if slices.Contains(scrapePath, pkg) && talksToAPIServer(imp) {
 				t.Errorf("%s imports %s: nothing on the scrape path talks to the API server", pkg, imp)
@@ -56,11 +56,11 @@ func TestImportRules(t *testing.T) {
 }
 
 // scrapePath are the packages a scrape runs through.
-var scrapePath = []string{"internal/index", "internal/classify", "collector", "internal/engine", "internal/family"}
+var scrapePath = []string{"internal/index", "internal/allocator", "internal/classify", "collector", "internal/engine", "internal/family"}
 
 // clusterPackages are the cluster exporter's packages: collector and what
 // it and the informers stand on.
-var clusterPackages = []string{"collector", "internal/engine", "internal/family", "internal/selfmetrics", "internal/index", "internal/classify", "internal/offline", "internal/kube",
+var clusterPackages = []string{"collector", "internal/engine", "internal/family", "internal/selfmetrics", "internal/index", "internal/allocator", "internal/classify", "internal/offline", "internal/kube",
 	"internal/objects", "internal/dra", "internal/celmatch", "internal/devattr", "internal/shard", "internal/vocab", "internal/nodegate"}
 
 // agentDependencies are what only the node agent may depend on.
@@ -106,8 +106,10 @@ func TestClusterDependencies(t *testing.T) {
 
 // transitiveRules are what a package must not reach through any chain of
 // imports (go list -deps, non-test files): the node agent links the engine's
-// family definitions, never the cluster index, the classifier or CEL; the
-// engine stands below the collectors, which name it, not the other way.
+// family definitions, never the cluster index, the allocator model, the
+// classifier or CEL; the engine stands below the collectors, which name it,
+// not the other way; the index below the allocator model, and the model
+// below the decision tree.
 var transitiveRules = []struct {
 	from      []string
 	forbidden []string
@@ -116,7 +118,7 @@ var transitiveRules = []struct {
 	{
 		from: []string{"internal/node/collector", "internal/node/agent", "internal/node/gpu", "internal/node/podresources", "internal/node/procmap",
 			"internal/family", "internal/selfmetrics"},
-		forbidden: []string{modulePath + "collector", modulePath + "internal/index", modulePath + "internal/classify",
+		forbidden: []string{modulePath + "collector", modulePath + "internal/index", modulePath + "internal/allocator", modulePath + "internal/classify",
 			modulePath + "internal/celmatch", "github.com/google/cel-go"},
 		why: "the node agent links the family definitions, not the cluster index, classifier or CEL",
 	},
@@ -124,6 +126,16 @@ var transitiveRules = []struct {
 		from:      []string{"internal/engine"},
 		forbidden: []string{modulePath + "collector", modulePath + "internal/classify"},
 		why:       "the engine runs the collectors it is given and names none of them",
+	},
+	{
+		from:      []string{"internal/index"},
+		forbidden: []string{modulePath + "internal/allocator", modulePath + "internal/classify"},
+		why:       "the index joins objects: the allocator model and the decision tree read it, not the other way",
+	},
+	{
+		from:      []string{"internal/allocator"},
+		forbidden: []string{modulePath + "internal/classify", modulePath + "collector", modulePath + "internal/engine"},
+		why:       "the allocator model answers the decision tree and the capacity collectors and names neither",
 	},
 }
 

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/dra-exporter/dra-exporter/collector"
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/classify"
 	"github.com/dra-exporter/dra-exporter/internal/engine"
 	"github.com/dra-exporter/dra-exporter/internal/index"
@@ -596,7 +597,7 @@ func checkSnapshot(t *testing.T, s *index.Snapshot) {
 		}
 	}
 	perClass := map[string]int{}
-	for _, row := range s.ClassCapacity() {
+	for _, row := range allocator.Of(s).ClassCapacity() {
 		if row.Total < 0 || row.Allocated < 0 || row.Free < 0 || row.Allocated+row.Free > row.Total {
 			t.Errorf("ClassCapacity row %+v: want 0 <= allocated+free <= total", row)
 		}
@@ -608,9 +609,9 @@ func checkSnapshot(t *testing.T, s *index.Snapshot) {
 		}
 	}
 	type cell struct{ class, node string }
-	dra := map[cell]index.Capacity{}
+	dra := map[cell]allocator.Capacity{}
 	ext := map[cell]int{}
-	for _, row := range s.LaneCapacity() {
+	for _, row := range allocator.Of(s).LaneCapacity() {
 		if row.Total < 0 || row.Allocated < 0 || row.Free < 0 {
 			t.Errorf("LaneCapacity row %+v is negative", row)
 		}

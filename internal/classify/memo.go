@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
@@ -56,7 +57,7 @@ type Memo struct {
 	// The snapshot-wide answers (memoworld.go).
 	leaks                       leakMemo
 	conflicts                   wide[[]Conflict]
-	classCapacity, laneCapacity wide[[]index.Capacity]
+	classCapacity, laneCapacity wide[[]allocator.Capacity]
 }
 
 // podAnswer is a pass's answer: the blocked pods' verdicts and the gates,

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
@@ -63,14 +64,14 @@ func (m *Memo) DoubleAllocations(s *index.Snapshot) []Conflict {
 	return out
 }
 
-// ClassCapacity is s.ClassCapacity(), kept while the world is the same.
-func (m *Memo) ClassCapacity(s *index.Snapshot) []index.Capacity {
-	out, _ := m.classCapacity.get(s, time.Time{}, 0, func() ([]index.Capacity, time.Time) { return s.ClassCapacity(), time.Time{} })
+// ClassCapacity is the allocator model's, kept while the world is the same.
+func (m *Memo) ClassCapacity(s *index.Snapshot) []allocator.Capacity {
+	out, _ := m.classCapacity.get(s, time.Time{}, 0, func() ([]allocator.Capacity, time.Time) { return allocator.Of(s).ClassCapacity(), time.Time{} })
 	return out
 }
 
-// LaneCapacity is s.LaneCapacity(), kept while the world is the same.
-func (m *Memo) LaneCapacity(s *index.Snapshot) []index.Capacity {
-	out, _ := m.laneCapacity.get(s, time.Time{}, 0, func() ([]index.Capacity, time.Time) { return s.LaneCapacity(), time.Time{} })
+// LaneCapacity is the allocator model's, kept while the world is the same.
+func (m *Memo) LaneCapacity(s *index.Snapshot) []allocator.Capacity {
+	out, _ := m.laneCapacity.get(s, time.Time{}, 0, func() ([]allocator.Capacity, time.Time) { return allocator.Of(s).LaneCapacity(), time.Time{} })
 	return out
 }

@@ -7,6 +7,7 @@ package classify
 import (
 	"fmt"
 
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
@@ -89,7 +90,7 @@ func classifyPod(s *index.Snapshot, p *index.Pod, explain bool) Verdict {
 		v.Note = "the pod is being deleted"
 		return v
 	}
-	w := walker{s: s, p: p, v: &v, explain: explain}
+	w := walker{s: s, a: allocator.Of(s), p: p, v: &v, explain: explain}
 	w.walk()
 	if v.Blocked && p.Ready() {
 		// A failing link does not hold a pod that is Ready (a claim deleted
@@ -117,6 +118,7 @@ func Blocked(s *index.Snapshot) []Verdict {
 
 type walker struct {
 	s       *index.Snapshot
+	a       *allocator.Model // s's, asked for the requests' selections
 	p       *index.Pod
 	v       *Verdict
 	explain bool

@@ -8,6 +8,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
@@ -24,8 +25,8 @@ type candidate struct {
 	capacity    *resourceapi.CapacityRequirements
 }
 
-func (c candidate) demand() index.Demand {
-	return index.Demand{Tolerations: c.tolerations, Capacity: c.capacity}
+func (c candidate) demand() allocator.Demand {
+	return allocator.Demand{Tolerations: c.tolerations, Capacity: c.capacity}
 }
 
 func candidates(r resourceapi.DeviceRequest) []candidate {
@@ -95,8 +96,8 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	failed := func(l Link, reason Reason, ev ...string) check {
 		l.State, l.Reason, l.Evidence = Fail, reason, ev
 		if reason == CapacityExhausted {
-			sel := w.s.Select(cand.class, cand.selectors, cand.demand())
-			l.lowerPriorityHolders = sel.LowerPriorityHolders(w.s, w.p.Priority())
+			sel := w.a.Select(cand.class, cand.selectors, cand.demand())
+			l.lowerPriorityHolders = sel.LowerPriorityHolders(w.a, w.p.Priority())
 			if w.explain && l.lowerPriorityHolders > 0 {
 				l.Evidence = append(l.Evidence, w.preemptionEvidence(sel, l.lowerPriorityHolders)...)
 			}
@@ -123,7 +124,7 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 	}
 	ch.links = append(ch.links, pub)
 
-	sel := w.s.Select(class.Name, cand.selectors, cand.demand())
+	sel := w.a.Select(class.Name, cand.selectors, cand.demand())
 	selected := sel.Devices
 	errEv := selectorErrorEvidence(class.Name, sel)
 	ch.selectorErrors = sel.Errors > 0
@@ -169,7 +170,7 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 			ev = append(ev, capEv...)
 			if w.explain {
 				ev = append(ev, holders(w.s, selected)...)
-				ev = append(ev, shortfalls(w.s, selected, cand.demand())...)
+				ev = append(ev, shortfalls(w.a, selected, cand.demand())...)
 			}
 			return failed(capLink, CapacityExhausted, ev...)
 		}
@@ -199,7 +200,7 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 		}
 		if w.explain {
 			ev = append(ev, holders(w.s, selected)...)
-			ev = append(ev, shortfalls(w.s, selected, cand.demand())...)
+			ev = append(ev, shortfalls(w.a, selected, cand.demand())...)
 		}
 		return failed(capLink, CapacityExhausted, ev...)
 	}
@@ -219,7 +220,7 @@ func (w *walker) checkCandidate(c *index.Claim, cand candidate) check {
 // TestClassSelectorErrorRulesOutANode). The tree still counts the other
 // nodes' free devices, so that the verdict says what fixing the error
 // leaves: capacity_exhausted when no other node could serve the pod.
-func selectorErrorEvidence(class string, sel *index.Selection) []string {
+func selectorErrorEvidence(class string, sel *allocator.Selection) []string {
 	if sel.Errors == 0 {
 		return nil
 	}
@@ -248,9 +249,9 @@ func selectorErrorEvidence(class string, sel *index.Selection) []string {
 
 // preemptionEvidence names the lower-priority holders of the matching
 // devices: the scheduler's preemption does not free DRA devices.
-func (w *walker) preemptionEvidence(sel *index.Selection, n int) []string {
+func (w *walker) preemptionEvidence(sel *allocator.Selection, n int) []string {
 	var names []string
-	for _, p := range sel.Holders(w.s)[:n] {
+	for _, p := range sel.Holders(w.a)[:n] {
 		names = append(names, fmt.Sprintf("%s (priority %d)", p.Key, p.Priority()))
 	}
 	return []string{
@@ -394,7 +395,7 @@ func (w *walker) walkExtendedRequests() {
 			pluginTotal += n.Allocatable[name]
 		}
 		if pluginTotal > 0 {
-			pluginFree = w.s.DevicePluginFree(name)
+			pluginFree = w.a.DevicePluginFree(name)
 		}
 		step := fmt.Sprintf("extended resource %s served by class %s", name, class.Name)
 		if len(devices) == 0 && pluginTotal == 0 {
@@ -402,7 +403,7 @@ func (w *walker) walkExtendedRequests() {
 			failedAny = true
 			continue
 		}
-		sel := w.s.Select(class.Name, nil, index.Demand{})
+		sel := w.a.Select(class.Name, nil, allocator.Demand{})
 		free := pluginFree + int64(sel.Free)
 		// One node serves the whole request: through its device plugin
 		// when it advertises the resource, else through DRA.
@@ -414,7 +415,7 @@ func (w *walker) walkExtendedRequests() {
 		for _, n := range nodes {
 			f := int64(sel.FreeOn(n))
 			if w.s.Node(n) != nil && w.s.Node(n).Allocatable[name] > 0 {
-				f = w.s.DevicePluginFreeOn(n, name)
+				f = w.a.DevicePluginFreeOn(n, name)
 			}
 			if f > best {
 				best, bestNode = f, n

@@ -12,13 +12,15 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
 // shortfalls explains, for the first three matching devices a new
 // allocation cannot have for a reason other than a plain holder (which
 // holders names), what falls short.
-func shortfalls(s *index.Snapshot, devices []*index.Device, dm index.Demand) []string {
+func shortfalls(alloc *allocator.Model, devices []*index.Device, dm allocator.Demand) []string {
+	s := alloc.Snapshot()
 	var out []string
 	seenPool := map[index.PoolKey]bool{}
 	devices = slices.Clone(devices)
@@ -38,7 +40,7 @@ func shortfalls(s *index.Snapshot, devices []*index.Device, dm index.Demand) []s
 		}
 		held := s.AllocatedTo(d.Key)
 		if len(held) > 0 && d.Shareable {
-			if why := s.CapacityShortfall(d, dm); why != "" {
+			if why := alloc.CapacityShortfall(d, dm); why != "" {
 				out = append(out, fmt.Sprintf("%s is shared by %d claims: %s", d.Key, len(distinctClaims(held)), why))
 			}
 			continue
@@ -46,8 +48,8 @@ func shortfalls(s *index.Snapshot, devices []*index.Device, dm index.Demand) []s
 		if len(held) > 0 {
 			continue
 		}
-		if why := s.CounterShortfall(d); why != "" {
-			out = append(out, fmt.Sprintf("%s shares counters with allocated partitions %s: %s", d.Key, siblingHolders(s, d), why))
+		if why := alloc.CounterShortfall(d); why != "" {
+			out = append(out, fmt.Sprintf("%s shares counters with allocated partitions %s: %s", d.Key, siblingHolders(alloc, d), why))
 		}
 	}
 	return out
@@ -55,9 +57,10 @@ func shortfalls(s *index.Snapshot, devices []*index.Device, dm index.Demand) []s
 
 // siblingHolders names the allocated partitions drawing on the device's
 // counters and their claims (the first three).
-func siblingHolders(s *index.Snapshot, d *index.Device) string {
+func siblingHolders(alloc *allocator.Model, d *index.Device) string {
+	s := alloc.Snapshot()
 	var names []string
-	for _, k := range s.CounterSiblings(d) {
+	for _, k := range alloc.CounterSiblings(d) {
 		var claims []string
 		for _, c := range distinctClaims(s.AllocatedTo(k)) {
 			claims = append(claims, c.Key.String())

@@ -43,10 +43,11 @@ type Config struct {
 // Index holds the joined DRA state. Writers are informer handlers (or the
 // offline loader); readers take a Snapshot.
 type Index struct {
-	mu           sync.RWMutex
-	now          func() time.Time
-	matcher      *celmatch.Matcher
-	matches      *matchCache
+	mu      sync.RWMutex
+	now     func() time.Time
+	matcher *celmatch.Matcher
+	// kept is what the allocator model keeps beside the index (derive.go).
+	kept         *kept
 	devicePlugin []string
 	shard        shard.Shard
 
@@ -109,7 +110,7 @@ func New(cfg Config) *Index {
 		shard:               cfg.Shard,
 		claimsByOwner:       links{},
 		matcher:             celmatch.New(),
-		matches:             newMatchCache(),
+		kept:                &kept{},
 		classes:             map[string]*Class{},
 		sliceToPool:         map[string]PoolKey{},
 		pools:               map[PoolKey]*pool{},

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/vocab"
 )
@@ -213,7 +214,7 @@ func TestClassDeletion(t *testing.T) {
 			t.Errorf("device %s still lists classes %v", d.Key, d.Classes)
 		}
 	}
-	for _, row := range s.ClassCapacity() {
+	for _, row := range allocator.Of(s).ClassCapacity() {
 		if row.DeviceClass == GPUClassName {
 			t.Errorf("ClassCapacity still reports the deleted class: %+v", row)
 		}
@@ -359,7 +360,7 @@ func TestSharedCountersMIG(t *testing.T) {
 	t.Run("nothing allocated", func(t *testing.T) {
 		s := Build(t, index.Config{}, base...).Snapshot()
 		for _, k := range []index.DeviceKey{full, half0, half1} {
-			if !s.Available(s.Device(k)) {
+			if !allocator.Of(s).Available(s.Device(k)) {
 				t.Errorf("%s not available with nothing allocated", k)
 			}
 		}
@@ -367,23 +368,23 @@ func TestSharedCountersMIG(t *testing.T) {
 	t.Run("one half allocated", func(t *testing.T) {
 		c := Allocated(Claim("mig-claim", "uid-mig", Request("mig", MIGClassName)), "mig-node", time.Time{}, Result("mig", "mig-node", half0.Device))
 		s := Build(t, index.Config{}, append(base, c)...).Snapshot()
-		if s.Available(s.Device(full)) {
+		if allocator.Of(s).Available(s.Device(full)) {
 			t.Errorf("full GPU available while a MIG partition of it is allocated")
 		}
 		if s.InUse(full) {
 			t.Errorf("full GPU counted as in use")
 		}
-		if !s.InUse(half0) || s.Available(s.Device(half0)) {
-			t.Errorf("allocated half: InUse=%v Available=%v, want true, false", s.InUse(half0), s.Available(s.Device(half0)))
+		if !s.InUse(half0) || allocator.Of(s).Available(s.Device(half0)) {
+			t.Errorf("allocated half: InUse=%v Available=%v, want true, false", s.InUse(half0), allocator.Of(s).Available(s.Device(half0)))
 		}
-		if !s.Available(s.Device(half1)) {
+		if !allocator.Of(s).Available(s.Device(half1)) {
 			t.Errorf("the other half should still fit in the counters")
 		}
-		want := []index.Capacity{
+		want := []allocator.Capacity{
 			{DeviceClass: GPUClassName, Node: "mig-node", Total: 1, Allocated: 0, Free: 0},
 			{DeviceClass: MIGClassName, Node: "mig-node", Total: 2, Allocated: 1, Free: 1},
 		}
-		if got := s.ClassCapacity(); !slices.Equal(got, want) {
+		if got := allocator.Of(s).ClassCapacity(); !slices.Equal(got, want) {
 			t.Errorf("ClassCapacity = %+v, want %+v", got, want)
 		}
 	})
@@ -391,7 +392,7 @@ func TestSharedCountersMIG(t *testing.T) {
 		c := Allocated(Claim("gpu-claim", "uid-gpu"), "mig-node", time.Time{}, Result("gpu", "mig-node", full.Device))
 		s := Build(t, index.Config{}, append(base, c)...).Snapshot()
 		for _, k := range []index.DeviceKey{half0, half1} {
-			if s.Available(s.Device(k)) {
+			if allocator.Of(s).Available(s.Device(k)) {
 				t.Errorf("%s available while the full GPU is allocated", k)
 			}
 		}
@@ -404,7 +405,7 @@ func TestSharedCountersMIG(t *testing.T) {
 		newer.Spec.Pool.Generation = 2
 		c := Allocated(Claim("mig-claim", "uid-mig", Request("mig", MIGClassName)), "mig-node", time.Time{}, Result("mig", "mig-node", half0.Device))
 		s := Build(t, index.Config{}, GPUClass(), MIGClass(), old, newer, c).Snapshot()
-		if s.Available(s.Device(full)) {
+		if allocator.Of(s).Available(s.Device(full)) {
 			t.Errorf("full GPU available: the stale generation's 80Gi counter was used")
 		}
 	})
@@ -412,7 +413,7 @@ func TestSharedCountersMIG(t *testing.T) {
 		p := migPool()
 		p.Spec.SharedCounters = nil
 		s := Build(t, index.Config{}, GPUClass(), p).Snapshot()
-		if s.Available(s.Device(full)) {
+		if allocator.Of(s).Available(s.Device(full)) {
 			t.Errorf("a device consuming an unpublished counter set is available")
 		}
 	})
@@ -431,15 +432,15 @@ func TestTaintedDeviceNotFree(t *testing.T) {
 			d := GPUDevice("gpu-0", "GPU-0")
 			d.Taints = []resourceapi.DeviceTaint{{Key: "gpu.nvidia.com/xid", Value: "79", Effect: tc.effect}}
 			s := Build(t, index.Config{}, GPUClass(), Slice("node-1", "node-1", 1, d)).Snapshot()
-			if got := s.Available(s.Device(DevKey("node-1", "gpu-0"))); got != tc.free {
+			if got := allocator.Of(s).Available(s.Device(DevKey("node-1", "gpu-0"))); got != tc.free {
 				t.Errorf("Available = %v, want %v", got, tc.free)
 			}
 			free := 0
 			if tc.free {
 				free = 1
 			}
-			want := []index.Capacity{{DeviceClass: GPUClassName, Node: "node-1", Total: 1, Free: free}}
-			if got := s.ClassCapacity(); !slices.Equal(got, want) {
+			want := []allocator.Capacity{{DeviceClass: GPUClassName, Node: "node-1", Total: 1, Free: free}}
+			if got := allocator.Of(s).ClassCapacity(); !slices.Equal(got, want) {
 				t.Errorf("ClassCapacity = %+v, want %+v", got, want)
 			}
 		})
@@ -458,7 +459,7 @@ func TestAdminAccessNotCounted(t *testing.T) {
 	if got := s.AllocatedTo(k); len(got) != 0 {
 		t.Errorf("AllocatedTo = %d claims, want 0", len(got))
 	}
-	if !s.Available(s.Device(k)) {
+	if !allocator.Of(s).Available(s.Device(k)) {
 		t.Errorf("device not available despite only an admin-access allocation")
 	}
 	c := s.Claim(index.Key{Namespace: NS, Name: "dcgm-monitor"})
@@ -482,18 +483,18 @@ func TestAllocatedToAndShareable(t *testing.T) {
 	if got := len(s.AllocatedTo(k)); got != 2 {
 		t.Errorf("AllocatedTo = %d claims, want 2", got)
 	}
-	if !s.Available(s.Device(k)) {
+	if !allocator.Of(s).Available(s.Device(k)) {
 		t.Errorf("a shareable device in use should still be available")
 	}
 	// In the capacity figures it is allocated, and free too: the shares
 	// consumed nothing of its capacity (consumedCapacity absent), so a
 	// further share fits.
-	want := []index.Capacity{{DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 1}}
-	if got := s.ClassCapacity(); !slices.Equal(got, want) {
+	want := []allocator.Capacity{{DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 1}}
+	if got := allocator.Of(s).ClassCapacity(); !slices.Equal(got, want) {
 		t.Errorf("ClassCapacity = %+v, want %+v", got, want)
 	}
-	wantLane := []index.Capacity{{Lane: index.LaneDRA, DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 1}}
-	if got := s.LaneCapacity(); !slices.Equal(got, wantLane) {
+	wantLane := []allocator.Capacity{{Lane: index.LaneDRA, DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: 1, Free: 1}}
+	if got := allocator.Of(s).LaneCapacity(); !slices.Equal(got, wantLane) {
 		t.Errorf("LaneCapacity = %+v, want %+v", got, wantLane)
 	}
 }
@@ -756,8 +757,8 @@ func TestClassCapacity(t *testing.T) {
 		Allocated(Claim("a", "uid-a"), "node-1", time.Time{}, Result("gpu", "node-1", "gpu-0")),
 		Allocated(Claim("b", "uid-b"), "node-2", time.Time{}, Result("gpu", "node-2", "gpu-0")),
 	}
-	got := Build(t, index.Config{}, objs...).Snapshot().ClassCapacity()
-	want := []index.Capacity{
+	got := allocator.Of(Build(t, index.Config{}, objs...).Snapshot()).ClassCapacity()
+	want := []allocator.Capacity{
 		{DeviceClass: GPUClassName, Node: "node-1", Total: 3, Allocated: 1, Free: 2},
 		{DeviceClass: GPUClassName, Node: "node-2", Total: 1, Allocated: 1, Free: 0},
 		{DeviceClass: "h100", Node: "node-1", Total: 3, Allocated: 1, Free: 2},
@@ -790,8 +791,8 @@ func TestLaneCapacity(t *testing.T) {
 		ReservedFor(Allocated(ExtendedFor(Claim("ext-gpu", "uid-c2"), extPod), "node-2", time.Time{}, Result("container-0-request-0", "node-2", "gpu-0")), extPod),
 	}
 	s := Build(t, index.Config{DevicePluginResources: []string{GPUResource}}, objs...).Snapshot()
-	got := s.LaneCapacity()
-	want := []index.Capacity{
+	got := allocator.Of(s).LaneCapacity()
+	want := []allocator.Capacity{
 		{Lane: index.LaneDevicePlugin, DeviceClass: GPUClassName, Node: "dp-node", Total: 8, Allocated: 3, Free: 5},
 		{Lane: index.LaneDRA, DeviceClass: GPUClassName, Node: "node-1", Total: 2, Allocated: 1, Free: 1},
 		{Lane: index.LaneDRA, DeviceClass: GPUClassName, Node: "node-2", Total: 1, Allocated: 0, Free: 0},
@@ -800,7 +801,7 @@ func TestLaneCapacity(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("LaneCapacity =\n%+v\nwant\n%+v", got, want)
 	}
-	if free := s.DevicePluginFree(GPUResource); free != 5 {
+	if free := allocator.Of(s).DevicePluginFree(GPUResource); free != 5 {
 		t.Errorf("DevicePluginFree = %d, want 5", free)
 	}
 
@@ -811,8 +812,8 @@ func TestLaneCapacity(t *testing.T) {
 	t.Run("allocatable dropped to zero", func(t *testing.T) {
 		s := Build(t, index.Config{DevicePluginResources: []string{GPUResource}}, GPUClass(), Node("dp-node", 0),
 			Running(Bound(WithLimit(dp1, GPUResource, 2), "dp-node"))).Snapshot()
-		want := []index.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUClassName, Node: "dp-node", Total: 2, Allocated: 2, Free: 0}}
-		if got := s.LaneCapacity(); !slices.Equal(got, want) {
+		want := []allocator.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUClassName, Node: "dp-node", Total: 2, Allocated: 2, Free: 0}}
+		if got := allocator.Of(s).LaneCapacity(); !slices.Equal(got, want) {
 			t.Errorf("LaneCapacity = %+v, want %+v", got, want)
 		}
 		if lane := s.PodLane(s.Pod(index.Key{Namespace: NS, Name: "dp-a"})); lane != index.LaneDevicePlugin {
@@ -827,8 +828,8 @@ func TestLaneCapacity(t *testing.T) {
 		n.Status.Capacity = corev1.ResourceList{GPUResource: resource.MustParse("8")}
 		s := Build(t, index.Config{DevicePluginResources: []string{GPUResource}}, GPUClass(), n,
 			Running(Bound(WithLimit(dp1, GPUResource, 5), "dp-node"))).Snapshot()
-		want := []index.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUClassName, Node: "dp-node", Total: 8, Allocated: 5, Free: 1}}
-		if got := s.LaneCapacity(); !slices.Equal(got, want) {
+		want := []allocator.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUClassName, Node: "dp-node", Total: 8, Allocated: 5, Free: 1}}
+		if got := allocator.Of(s).LaneCapacity(); !slices.Equal(got, want) {
 			t.Errorf("LaneCapacity = %+v, want %+v", got, want)
 		}
 		if lane := s.PodLane(s.Pod(index.Key{Namespace: NS, Name: "dp-a"})); lane != index.LaneDevicePlugin {
@@ -844,16 +845,16 @@ func TestLaneCapacity(t *testing.T) {
 		side.Spec.InitContainers = []corev1.Container{{Name: "proxy", RestartPolicy: Ptr(corev1.ContainerRestartPolicyAlways),
 			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{GPUResource: resource.MustParse("1")}}}}
 		s := Build(t, index.Config{DevicePluginResources: []string{GPUResource}}, GPUClass(), Node("dp-node", 8), mixed, side).Snapshot()
-		want := []index.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUClassName, Node: "dp-node", Total: 8, Allocated: 6, Free: 2}}
-		if got := s.LaneCapacity(); !slices.Equal(got, want) {
+		want := []allocator.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUClassName, Node: "dp-node", Total: 8, Allocated: 6, Free: 2}}
+		if got := allocator.Of(s).LaneCapacity(); !slices.Equal(got, want) {
 			t.Errorf("LaneCapacity = %+v, want %+v", got, want)
 		}
 	})
 
 	t.Run("device-plugin resource without a class", func(t *testing.T) {
 		s := Build(t, index.Config{DevicePluginResources: []string{GPUResource}}, Node("dp-node", 4)).Snapshot()
-		want := []index.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUResource, Node: "dp-node", Total: 4, Free: 4}}
-		if got := s.LaneCapacity(); !slices.Equal(got, want) {
+		want := []allocator.Capacity{{Lane: index.LaneDevicePlugin, DeviceClass: GPUResource, Node: "dp-node", Total: 4, Free: 4}}
+		if got := allocator.Of(s).LaneCapacity(); !slices.Equal(got, want) {
 			t.Errorf("LaneCapacity = %+v, want %+v", got, want)
 		}
 	})
@@ -1028,7 +1029,7 @@ func TestSelectMemoAndErrors(t *testing.T) {
 	all := DeviceClass("all", "device.driver == 'gpu.nvidia.com'")
 	s := Build(t, index.Config{}, all, Slice("node-1", "node-1", 1, d, m)).Snapshot()
 	sel := CEL("device.attributes['gpu.nvidia.com'].profile == '1g.5gb'")
-	got := s.Select("all", sel, index.Demand{})
+	got := allocator.Of(s).Select("all", sel, allocator.Demand{})
 	if len(got.Devices) != 1 || got.Devices[0].Key.Device != "gpu-1-mig" || got.Free != 1 {
 		t.Errorf("Select = %v (%d free), want the free MIG device", got.Devices, got.Free)
 	}
@@ -1039,7 +1040,7 @@ func TestSelectMemoAndErrors(t *testing.T) {
 	if got.Nodes != 0 || got.BestNodeFree != 0 {
 		t.Errorf("Select usable nodes = %d (best %d free), want none", got.Nodes, got.BestNodeFree)
 	}
-	if again := s.Select("all", sel, index.Demand{}); again != got {
+	if again := allocator.Of(s).Select("all", sel, allocator.Demand{}); again != got {
 		t.Errorf("Select is not memoised")
 	}
 	if !slices.Equal(got.ErrorNodes, []string{"node-1"}) || got.FreeOnErrorNodes != 1 || got.ClassErrors != 0 {
@@ -1057,7 +1058,7 @@ func TestSelectClassErrorRulesOutTheNode(t *testing.T) {
 		Slice("node-1", "node-1", 1, GPUDevice("gpu-0", "GPU-1-0")),
 		Slice("node-2", "node-2", 1, untyped, GPUDevice("gpu-1", "GPU-2-1"), GPUDevice("gpu-2", "GPU-2-2"))).Snapshot()
 	for _, sel := range [][]resourceapi.DeviceSelector{nil, CEL("device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA')")} {
-		got := s.Select(GPUClassName, sel, index.Demand{})
+		got := allocator.Of(s).Select(GPUClassName, sel, allocator.Demand{})
 		if got.Errors != 1 || got.ClassErrors != 1 || !slices.Equal(got.ErrorNodes, []string{"node-2"}) || got.FreeOnErrorNodes != 2 {
 			t.Errorf("selectors %v: errors %d (class %d) on %q with %d free there; want 1 class error ruling out node-2 and its 2 free GPUs",
 				sel, got.Errors, got.ClassErrors, got.ErrorNodes, got.FreeOnErrorNodes)
@@ -1122,7 +1123,7 @@ func TestDeviceTaintRules(t *testing.T) {
 						tainted = append(tainted, d.Key.Pool+"/"+d.Key.Device)
 					}
 				}
-				if s.Available(d) {
+				if allocator.Of(s).Available(d) {
 					free++
 				}
 			}
@@ -1142,37 +1143,6 @@ func TestDeviceTaintRules(t *testing.T) {
 			}
 		}
 	})
-}
-
-// Selector results outlive a snapshot (the next scrape evaluates no CEL for
-// unchanged devices), follow a device's change, and do not pile up for
-// devices that went.
-func TestSelectResultsFollowDeviceChanges(t *testing.T) {
-	class := DeviceClass("all", "device.driver == 'gpu.nvidia.com'")
-	sel := CEL("device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'")
-	ix := Build(t, index.Config{}, class, Slice("node-1", "node-1", 1, GPUDevice("gpu-0", "GPU-0")))
-	if got := ix.Snapshot().Select("all", sel, index.Demand{}); len(got.Devices) != 1 {
-		t.Fatalf("before the change: %d devices, want 1", len(got.Devices))
-	}
-	for gen := int64(2); gen <= 20; gen++ {
-		other := GPUDevice("gpu-0", "GPU-0")
-		name := "NVIDIA B200"
-		if gen%2 == 1 {
-			name = "NVIDIA H100 80GB HBM3"
-		}
-		other.Attributes["productName"] = resourceapi.DeviceAttribute{StringValue: &name}
-		Upsert(t, ix, Slice("node-1", "node-1", gen, other), false)
-		want := 0
-		if gen%2 == 1 {
-			want = 1
-		}
-		if got := ix.Snapshot().Select("all", sel, index.Demand{}); len(got.Devices) != want {
-			t.Fatalf("generation %d (%s): %d devices kept, want %d", gen, name, len(got.Devices), want)
-		}
-	}
-	if n := ix.CachedMatchDevices(); n > 2 {
-		t.Errorf("selector results kept for %d device records, want at most 2 (one device)", n)
-	}
 }
 
 // While nothing changes the index hands out the same snapshot; an upsert

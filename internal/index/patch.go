@@ -59,7 +59,7 @@ func (s *Snapshot) patchClaims(prev *Snapshot, changed map[Key]*Claim) map[Devic
 	for d := range devices {
 		var holders []*Claim
 		if u := prev.usage[d]; u != nil {
-			for _, c := range u.claims {
+			for _, c := range u.Claims {
 				if _, ok := changed[c.Key]; !ok && !slices.Contains(holders, c) {
 					holders = append(holders, c)
 				}
@@ -70,7 +70,7 @@ func (s *Snapshot) patchClaims(prev *Snapshot, changed map[Key]*Claim) map[Devic
 				holders = append(holders, c)
 			}
 		}
-		u := &deviceUsage{}
+		u := &DeviceUsage{}
 		for _, c := range holders {
 			for _, r := range c.Results {
 				if r.Device == d && !r.AdminAccess {
@@ -78,7 +78,7 @@ func (s *Snapshot) patchClaims(prev *Snapshot, changed map[Key]*Claim) map[Devic
 				}
 			}
 		}
-		if len(u.claims) == 0 {
+		if len(u.Claims) == 0 {
 			delete(s.usage, d)
 		} else {
 			s.usage[d] = u

@@ -49,7 +49,7 @@ func (ix *Index) Rebuild(fill func(add func(obj any) error) error) error {
 			fresh.unreservedSince[uid] = since
 		}
 	}
-	ix.matcher, ix.matches = fresh.matcher, fresh.matches
+	ix.matcher, ix.kept = fresh.matcher, fresh.kept
 	ix.classes, ix.sliceToPool, ix.pools, ix.devices = fresh.classes, fresh.sliceToPool, fresh.pools, fresh.devices
 	ix.claims, ix.pods, ix.nodes, ix.events, ix.taintRules = fresh.claims, fresh.pods, fresh.nodes, fresh.events, fresh.taintRules
 	ix.claimsByReservedPod, ix.claimsByOwner, ix.unreservedSince = fresh.claimsByReservedPod, fresh.claimsByOwner, fresh.unreservedSince

@@ -5,14 +5,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/dra-exporter/dra-exporter/internal/celmatch"
 	"github.com/dra-exporter/dra-exporter/internal/shard"
 )
 
@@ -36,8 +34,6 @@ type Snapshot struct {
 	unreservedSince map[types.UID]time.Time
 	devicePlugin    []string
 	shard           shard.Shard
-	matcher         *celmatch.Matcher
-	matches         *matchCache
 
 	classByName   map[string]*Class
 	deviceByKey   map[DeviceKey]*Device
@@ -51,34 +47,18 @@ type Snapshot struct {
 	classErrors   map[string][]*Device // devices a class's selectors failed on
 	sliceTaints   bool                 // a device has a taint of its slice
 	drawsCounters bool                 // a device consumes counters
-	usage         map[DeviceKey]*deviceUsage
-	remaining     map[PoolKey]map[string]map[string]resource.Quantity
-	// overdrawn pools have a counter below zero: the allocator then gives
-	// out none of their counter-consuming devices.
-	overdrawn map[PoolKey]bool
-	// counterUsers are the allocated devices drawing on each counter set.
-	counterUsers map[counterSetKey][]DeviceKey
-
-	memoMu       sync.Mutex
-	taintsOnce   sync.Once
-	ruleTaints   map[DeviceKey][]Taint
-	selectorMemo map[string]*Selection
-	// kept are the last snapshot's selections, which Select patches
-	// (keepSelections), recounting the nodes in recount; poolNodes are the
-	// nodes each pool's devices are on ("": network-attached).
-	kept      map[string]*Selection
-	recount   map[string]bool
+	usage         map[DeviceKey]*DeviceUsage
+	// poolNodes are the nodes each pool's devices are on ("":
+	// network-attached).
 	poolNodes map[PoolKey]map[string]bool
 
-	dpOnce sync.Once
-	dpUsed map[nodeResource]int64
+	taintsOnce sync.Once
+	ruleTaints map[DeviceKey][]Taint
 
-	// The capacity rows, computed once; keptClassCap and keptLaneCap are
-	// the last snapshot's, which these patch over the nodes in recount,
-	// and byNode each class's devices by node (cappatch.go).
-	classCap, laneCap         capacityRows
-	keptClassCap, keptLaneCap *[]Capacity
-	byNode                    atomic.Pointer[map[string]map[string][]*Device]
+	// derived is what the allocator model derives from the snapshot, and
+	// kept what it keeps beside the index (derive.go).
+	derived *derived
+	kept    *kept
 
 	// trace, when set, is called with each record a lookup hands out
 	// (TraceReads).
@@ -91,31 +71,6 @@ type Snapshot struct {
 	since        Version
 	claimsBefore map[Key]*Claim
 	podsBefore   map[Key]*Pod
-}
-
-type deviceUsage struct {
-	claims []*Claim
-	// exclusive is set when an allocation without a shareID holds the
-	// device: the scheduler then gives it to nobody else.
-	exclusive bool
-	// consumed sums the consumedCapacity of the shared allocations.
-	consumed map[resourceapi.QualifiedName]resource.Quantity
-}
-
-func (u *deviceUsage) add(c *Claim, r Result) {
-	u.claims = append(u.claims, c)
-	if !r.Shared {
-		u.exclusive = true
-		return
-	}
-	for name, q := range r.ConsumedCapacity {
-		if u.consumed == nil {
-			u.consumed = map[resourceapi.QualifiedName]resource.Quantity{}
-		}
-		sum := u.consumed[name]
-		sum.Add(q)
-		u.consumed[name] = sum
-	}
 }
 
 // Snapshot returns a consistent view. It holds the index lock only while it
@@ -141,7 +96,6 @@ func (ix *Index) Snapshot() *Snapshot {
 		s.since = prev.version
 		s.claimsBefore, s.podsBefore = before(claims, prev.claimsByKey), before(pods, prev.podsByKey)
 	}
-	ix.matches.retain(s.Devices)
 	ix.snap, ix.snapVersion = s, s.version
 	return s
 }
@@ -168,8 +122,7 @@ func (ix *Index) snapshot(prev *Snapshot, changedClaims, changedPods map[Key]str
 		TaintRules:   slices.Collect(maps.Values(ix.taintRules)),
 		devicePlugin: ix.devicePlugin,
 		shard:        ix.shard,
-		matcher:      ix.matcher,
-		matches:      ix.matches,
+		kept:         ix.kept,
 	}
 	// The joins of the changed kinds, built once the lock is released.
 	var builds []func()
@@ -242,18 +195,7 @@ func (ix *Index) snapshot(prev *Snapshot, changedClaims, changedPods map[Key]str
 	for _, build := range builds {
 		build()
 	}
-	if devices && claims {
-		s.remaining, s.overdrawn, s.counterUsers = prev.remaining, prev.overdrawn, prev.counterUsers
-	} else {
-		s.computeRemainingCounters()
-	}
-	s.selectorMemo = map[string]*Selection{}
-	// What a request can get changes with the devices, classes, taint
-	// rules and nodes, and, on the nodes of their pools, with the devices
-	// whose allocations changed: known when the claims were patched.
-	if devices && nodes && (claims || usageChanged != nil) {
-		s.keepSelections(prev, usageChanged)
-	}
+	s.link(prev, Change{Devices: !devices, Nodes: !nodes, Claims: !claims, Allocated: usageChanged})
 	return s
 }
 
@@ -297,7 +239,7 @@ func (s *Snapshot) buildDevices() {
 func (s *Snapshot) buildClaims() {
 	s.claimsByKey = make(map[Key]*Claim, len(s.Claims))
 	s.claimsByOwner = map[types.UID][]*Claim{}
-	s.usage = map[DeviceKey]*deviceUsage{}
+	s.usage = map[DeviceKey]*DeviceUsage{}
 	for _, c := range s.Claims {
 		s.claimsByKey[c.Key] = c
 		if c.OwnerPod != nil {
@@ -316,7 +258,7 @@ func (s *Snapshot) buildClaims() {
 			}
 			u := s.usage[r.Device]
 			if u == nil {
-				u = &deviceUsage{}
+				u = &DeviceUsage{}
 				s.usage[r.Device] = u
 			}
 			u.add(c, r)

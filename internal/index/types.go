@@ -41,6 +41,9 @@ type DeviceKey struct {
 
 func (k DeviceKey) String() string { return k.Driver + "/" + k.Pool + "/" + k.Device }
 
+// PoolKey returns the key of the device's pool.
+func (k DeviceKey) PoolKey() PoolKey { return PoolKey{Driver: k.Driver, Pool: k.Pool} }
+
 // Device is one device of the newest generation of its pool.
 type Device struct {
 	Key   DeviceKey

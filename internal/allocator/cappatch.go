@@ -1,9 +1,9 @@
-package index
+package allocator
 
 // Keeping the last snapshot's capacity rows across a change of placement,
 // as its selections are kept (selpatch.go): with the same devices, classes,
 // taint rules and nodes, a claim allocated or released changes the counts
-// of the nodes that reach its devices' pools (the snapshot's recount) and
+// of the nodes that reach its devices' pools (the model's recount) and
 // of no other. ClassCapacity and LaneCapacity patch those nodes' rows of
 // the last snapshot's, instead of counting every device of every class
 // again (at 100k GPUs, most of a scrape after a change of placement).
@@ -14,10 +14,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
 // capacityRows are a snapshot's rows of one capacity family, computed once.
-// rows is set once computed: the next snapshot reads it without waiting.
+// rows is set once computed: the next model reads it without waiting.
 type capacityRows struct {
 	once sync.Once
 	rows atomic.Pointer[[]Capacity]
@@ -31,51 +33,51 @@ func (c *capacityRows) get(compute func() []Capacity) []Capacity {
 	return *c.rows.Load()
 }
 
-// keepCapacity lets s patch prev's capacity rows, those prev computed (the
-// scrape before this change asked for them), over the nodes in s.recount.
+// keepCapacity lets m patch prev's capacity rows, those prev computed (the
+// scrape before this change asked for them), over the nodes in m.recount.
 // Called by keepSelections, under the same conditions.
-func (s *Snapshot) keepCapacity(prev *Snapshot) {
-	s.keptClassCap, s.keptLaneCap = prev.classCap.rows.Load(), prev.laneCap.rows.Load()
-	s.byNode.Store(prev.byNode.Load())
+func (m *Model) keepCapacity(prev *Model) {
+	m.prevClassCap, m.prevLaneCap = prev.classCap.rows.Load(), prev.laneCap.rows.Load()
+	m.byNode.Store(prev.byNode.Load())
 }
 
 // classNodeDevices returns each class's devices by node: built once for a
 // world of devices, then handed from snapshot to snapshot with the
 // selections.
-func (s *Snapshot) classNodeDevices() map[string]map[string][]*Device {
-	if m := s.byNode.Load(); m != nil {
-		return *m
+func (m *Model) classNodeDevices() map[string]map[string][]*index.Device {
+	if byNode := m.byNode.Load(); byNode != nil {
+		return *byNode
 	}
-	m := make(map[string]map[string][]*Device, len(s.classDevices))
-	for class, devices := range s.classDevices {
-		byNode := map[string][]*Device{}
-		for _, d := range devices {
+	classes := make(map[string]map[string][]*index.Device, len(m.s.Classes))
+	for _, c := range m.s.Classes {
+		byNode := map[string][]*index.Device{}
+		for _, d := range m.raw.ClassDevices(c.Name) {
 			byNode[d.Node] = append(byNode[d.Node], d)
 		}
-		m[class] = byNode
+		classes[c.Name] = byNode
 	}
-	s.byNode.CompareAndSwap(nil, &m)
-	return *s.byNode.Load()
+	m.byNode.CompareAndSwap(nil, &classes)
+	return *m.byNode.Load()
 }
 
 // patchClassCapacity is prev's rows with the allocated and free counts of
 // the recounted nodes counted again; the rows themselves (which class has
 // devices on which node, and how many) are the same.
-func (s *Snapshot) patchClassCapacity(prev []Capacity) []Capacity {
+func (m *Model) patchClassCapacity(prev []Capacity) []Capacity {
 	out := slices.Clone(prev)
-	byNode := s.classNodeDevices()
+	byNode := m.classNodeDevices()
 	for i := range out {
 		r := &out[i]
-		if r.Total == 0 || !s.recount[r.Node] {
+		if r.Total == 0 || !m.recount[r.Node] {
 			continue
 		}
 		r.Allocated = 0
 		for _, d := range byNode[r.DeviceClass][r.Node] {
-			if s.InUse(d.Key) {
+			if m.s.InUse(d.Key) {
 				r.Allocated++
 			}
 		}
-		r.Free = s.Select(r.DeviceClass, nil, Demand{Least: true}).freeAt(r.Node)
+		r.Free = m.Select(r.DeviceClass, nil, Demand{Least: true}).freeAt(r.Node)
 	}
 	return out
 }
@@ -84,21 +86,21 @@ func (s *Snapshot) patchClassCapacity(prev []Capacity) []Capacity {
 // recounted nodes counted again (a node's dra-extended row comes and goes
 // with its extended claims), and the device-plugin lane counted again (it
 // reads the pods' requests, which a change of placement changes).
-func (s *Snapshot) patchLaneCapacity(prev []Capacity) []Capacity {
+func (m *Model) patchLaneCapacity(prev []Capacity) []Capacity {
 	kept := make([]Capacity, 0, len(prev))
 	for _, r := range prev {
-		if r.Lane != LaneDevicePlugin && !s.recount[r.Node] {
+		if r.Lane != index.LaneDevicePlugin && !m.recount[r.Node] {
 			kept = append(kept, r)
 		}
 	}
 	rows := laneRows{}
-	byNode := s.classNodeDevices()
-	for _, c := range s.Classes {
-		for node := range s.recount {
-			s.draRows(rows, c.Name, byNode[c.Name][node])
+	byNode := m.classNodeDevices()
+	for _, c := range m.s.Classes {
+		for node := range m.recount {
+			m.draRows(rows, c.Name, byNode[c.Name][node])
 		}
 	}
-	s.devicePluginRows(rows)
+	m.devicePluginRows(rows)
 	return mergeCapacity(kept, rows.sorted())
 }
 

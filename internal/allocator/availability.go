@@ -1,4 +1,4 @@
-package index
+package allocator
 
 // Whether a device could go to a new claim now: allocation, taints, shared
 // counters of partitionable devices, unusable nodes.
@@ -12,77 +12,63 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
 // counterSetKey names one counter set of a pool.
 type counterSetKey struct {
-	Pool PoolKey
+	Pool index.PoolKey
 	Set  string
 }
 
 // computeRemainingCounters subtracts what allocated devices consume from
 // their pool's shared counters (partitionable devices such as MIG), as the
 // allocator does: each allocated device once, however many claims share it.
-func (s *Snapshot) computeRemainingCounters() {
-	s.remaining = make(map[PoolKey]map[string]map[string]resource.Quantity, len(s.poolCounters))
-	for pk, sets := range s.poolCounters {
+func (m *Model) computeRemainingCounters() {
+	m.remaining = make(map[index.PoolKey]map[string]map[string]resource.Quantity, len(m.raw.PoolCounters()))
+	for pk, sets := range m.raw.PoolCounters() {
 		cp := make(map[string]map[string]resource.Quantity, len(sets))
 		for name, counters := range sets {
 			cp[name] = maps.Clone(counters)
 		}
-		s.remaining[pk] = cp
+		m.remaining[pk] = cp
 	}
-	if !s.drawsCounters {
+	if !m.raw.DrawsCounters() {
 		return // nothing draws on them: a scan of every allocated device saved
 	}
-	for key := range s.usage {
-		d := s.deviceByKey[key]
+	m.raw.Allocated(func(key index.DeviceKey) {
+		d := m.raw.Device(key)
 		if d == nil || len(d.Counters) == 0 {
-			continue
+			return
 		}
-		pk := PoolKey{key.Driver, key.Pool}
-		sets := s.remaining[pk]
+		pk := key.PoolKey()
+		sets := m.remaining[pk]
 		for _, cc := range d.Counters {
-			if s.counterUsers == nil {
-				s.counterUsers = map[counterSetKey][]DeviceKey{}
+			if m.counterUsers == nil {
+				m.counterUsers = map[counterSetKey][]index.DeviceKey{}
 			}
 			ck := counterSetKey{pk, cc.CounterSet}
-			s.counterUsers[ck] = append(s.counterUsers[ck], key)
+			m.counterUsers[ck] = append(m.counterUsers[ck], key)
 			for name, c := range cc.Counters {
 				if set := sets[cc.CounterSet]; set != nil {
 					q := set[name]
 					q.Sub(c.Value)
 					set[name] = q
 					if q.Sign() < 0 {
-						if s.overdrawn == nil {
-							s.overdrawn = map[PoolKey]bool{}
+						if m.overdrawn == nil {
+							m.overdrawn = map[index.PoolKey]bool{}
 						}
-						s.overdrawn[pk] = true
+						m.overdrawn[pk] = true
 					}
 				}
 			}
 		}
-	}
-	for _, users := range s.counterUsers {
-		slices.SortFunc(users, func(a, b DeviceKey) int { return strings.Compare(a.String(), b.String()) })
+	})
+	for _, users := range m.counterUsers {
+		slices.SortFunc(users, func(a, b index.DeviceKey) int { return strings.Compare(a.String(), b.String()) })
 	}
 }
-
-// AllocatedTo returns the claims a device is allocated to (admin-access
-// allocations excluded).
-func (s *Snapshot) AllocatedTo(k DeviceKey) []*Claim {
-	if u := s.usage[k]; u != nil {
-		return tracedAll(s, u.claims)
-	}
-	return nil
-}
-
-// InUse reports whether a device is allocated to at least one claim.
-func (s *Snapshot) InUse(k DeviceKey) bool { return s.usage[k] != nil }
-
-// PoolProblem says why the scheduler allocates no device of the pool now
-// (incomplete or invalid; see poolProblem), "" when it may.
-func (s *Snapshot) PoolProblem(k DeviceKey) string { return s.poolProblems[PoolKey{k.Driver, k.Pool}] }
 
 // Demand is what a request asks of a device besides its selectors.
 type Demand struct {
@@ -107,39 +93,39 @@ type Demand struct {
 // it) is neither cordoned nor NotReady, what is left of its capacity
 // covers a share, and its pool's shared counters still cover what it
 // consumes.
-func (s *Snapshot) Available(d *Device) bool { return s.availableFor(d, Demand{Least: true}) }
+func (m *Model) Available(d *index.Device) bool { return m.availableFor(d, Demand{Least: true}) }
 
 // availableFor is Available for one request's demand.
-func (s *Snapshot) availableFor(d *Device, dm Demand) bool {
-	u := s.usage[d.Key]
-	if u != nil && (u.exclusive || !d.Shareable) {
+func (m *Model) availableFor(d *index.Device, dm Demand) bool {
+	u := m.raw.Usage(d.Key)
+	if u != nil && (u.Exclusive || !d.Shareable) {
 		return false
 	}
-	if s.PoolProblem(d.Key) != "" {
+	if m.s.PoolProblem(d.Key) != "" {
 		return false
 	}
-	if tainted(s.Taints(d), dm.Tolerations) {
+	if tainted(m.s.Taints(d), dm.Tolerations) {
 		return false
 	}
 	if d.Node != "" {
-		n := s.nodesByName[d.Node]
+		n := m.raw.Node(d.Node)
 		if n != nil && n.Unusable != "" {
 			return false // no new pod lands there to use it
 		}
-		if n == nil && len(s.nodesByName) > 0 {
+		if n == nil && m.raw.HasNodes() {
 			// The Node is gone (scale-down) and its slice not yet
 			// collected: the scheduler has no node to place a pod on. A
 			// file without any Node object says nothing, though.
 			return false
 		}
 	}
-	if !s.capacityFits(d, dm) {
+	if !m.capacityFits(d, dm) {
 		return false
 	}
 	if u != nil {
 		return true // a further share: its counters are already charged
 	}
-	return s.countersCover(d, nil)
+	return m.countersCover(d, nil)
 }
 
 // countersCover reports whether the remaining shared counters, less what
@@ -147,15 +133,15 @@ func (s *Snapshot) availableFor(d *Device, dm Demand) bool {
 // cover what the device consumes. Like the allocator, an overdrawn pool
 // (a counter below zero, from allocations made before the driver shrank
 // it) gives out no counter-consuming device.
-func (s *Snapshot) countersCover(d *Device, taken map[counterSetKey]map[string]resource.Quantity) bool {
+func (m *Model) countersCover(d *index.Device, taken map[counterSetKey]map[string]resource.Quantity) bool {
 	if len(d.Counters) == 0 {
 		return true
 	}
-	pk := PoolKey{d.Key.Driver, d.Key.Pool}
-	if s.overdrawn[pk] {
+	pk := d.Key.PoolKey()
+	if m.overdrawn[pk] {
 		return false
 	}
-	sets := s.remaining[pk]
+	sets := m.remaining[pk]
 	for _, cc := range d.Counters {
 		set := sets[cc.CounterSet]
 		if set == nil {
@@ -180,8 +166,8 @@ func (s *Snapshot) countersCover(d *Device, taken map[counterSetKey]map[string]r
 }
 
 // take adds what the device consumes to taken.
-func take(d *Device, taken map[counterSetKey]map[string]resource.Quantity) {
-	pk := PoolKey{d.Key.Driver, d.Key.Pool}
+func take(d *index.Device, taken map[counterSetKey]map[string]resource.Quantity) {
+	pk := d.Key.PoolKey()
 	for _, cc := range d.Counters {
 		k := counterSetKey{pk, cc.CounterSet}
 		set := taken[k]
@@ -200,10 +186,10 @@ func take(d *Device, taken map[counterSetKey]map[string]resource.Quantity) {
 // CounterSiblings returns the allocated devices that draw on a counter set
 // the device consumes (sibling partitions of one GPU), sorted; the device
 // itself is left out.
-func (s *Snapshot) CounterSiblings(d *Device) []DeviceKey {
-	var out []DeviceKey
+func (m *Model) CounterSiblings(d *index.Device) []index.DeviceKey {
+	var out []index.DeviceKey
 	for _, cc := range d.Counters {
-		for _, k := range s.counterUsers[counterSetKey{PoolKey{d.Key.Driver, d.Key.Pool}, cc.CounterSet}] {
+		for _, k := range m.counterUsers[counterSetKey{d.Key.PoolKey(), cc.CounterSet}] {
 			if k != d.Key && !slices.Contains(out, k) {
 				out = append(out, k)
 			}
@@ -215,72 +201,29 @@ func (s *Snapshot) CounterSiblings(d *Device) []DeviceKey {
 // CounterShortfall describes, for a device its pool's counters no longer
 // cover, the first counter that falls short ("" when all cover it): for
 // explain's evidence.
-func (s *Snapshot) CounterShortfall(d *Device) string {
-	pk := PoolKey{d.Key.Driver, d.Key.Pool}
+func (m *Model) CounterShortfall(d *index.Device) string {
+	pk := d.Key.PoolKey()
 	for _, cc := range d.Counters {
-		set := s.remaining[pk][cc.CounterSet]
+		set := m.remaining[pk][cc.CounterSet]
 		for _, name := range slices.Sorted(maps.Keys(cc.Counters)) {
 			left, ok := set[name]
 			need := cc.Counters[name].Value
 			if !ok || left.Cmp(need) < 0 {
-				total := s.poolCounters[pk][cc.CounterSet][name]
+				total := m.raw.PoolCounters()[pk][cc.CounterSet][name]
 				return fmt.Sprintf("counter set %s: %s left of %s %s, the device needs %s", cc.CounterSet, left.String(), total.String(), name, need.String())
 			}
 		}
 	}
-	if s.overdrawn[pk] {
+	if m.overdrawn[pk] {
 		return "a counter of pool " + pk.Pool + " is overdrawn: the allocator gives out none of its partitions"
 	}
 	return ""
 }
 
-// Taint is a taint on a device: from its ResourceSlice entry, or from a
-// DeviceTaintRule (Rule names it).
-type Taint struct {
-	resourceapi.DeviceTaint
-	Rule string
-}
-
-// AnyDeviceTaints reports whether a device may carry a taint: one of its
-// slice's, or a DeviceTaintRule's (any rule counts).
-func (s *Snapshot) AnyDeviceTaints() bool {
-	return s.sliceTaints || len(s.TaintRules) > 0
-}
-
-// Taints returns the device's taints: its slice's and those of every
-// DeviceTaintRule whose selector matches it (driver, pool and device; a rule
-// without a selector matches nothing, an empty selector every device).
-func (s *Snapshot) Taints(d *Device) []Taint {
-	s.taintsOnce.Do(s.applyTaintRules)
-	out := make([]Taint, 0, len(d.Taints)+len(s.ruleTaints[d.Key]))
-	for _, t := range d.Taints {
-		out = append(out, Taint{DeviceTaint: t})
-	}
-	return append(out, s.ruleTaints[d.Key]...)
-}
-
-func (s *Snapshot) applyTaintRules() {
-	slices.SortFunc(s.TaintRules, func(a, b *resourceapi.DeviceTaintRule) int { return strings.Compare(a.Name, b.Name) })
-	for _, r := range s.TaintRules {
-		sel := r.Spec.DeviceSelector
-		if sel == nil {
-			continue
-		}
-		for _, d := range s.Devices {
-			if (sel.Driver == nil || *sel.Driver == d.Key.Driver) && (sel.Pool == nil || *sel.Pool == d.Key.Pool) && (sel.Device == nil || *sel.Device == d.Key.Device) {
-				if s.ruleTaints == nil {
-					s.ruleTaints = map[DeviceKey][]Taint{}
-				}
-				s.ruleTaints[d.Key] = append(s.ruleTaints[d.Key], Taint{DeviceTaint: r.Spec.Taint, Rule: r.Name})
-			}
-		}
-	}
-}
-
 // tainted reports whether a taint keeps a request with these tolerations
 // from the device. Like the scheduler, only the NoSchedule and NoExecute
 // effects count; None and unknown effects do not.
-func tainted(taints []Taint, tolerations []resourceapi.DeviceToleration) bool {
+func tainted(taints []index.Taint, tolerations []resourceapi.DeviceToleration) bool {
 	for _, t := range taints {
 		if t.Effect != resourceapi.DeviceTaintEffectNoSchedule && t.Effect != resourceapi.DeviceTaintEffectNoExecute {
 			continue

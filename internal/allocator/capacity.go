@@ -1,6 +1,10 @@
-package index
+package allocator
 
-import "slices"
+import (
+	"slices"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
+)
 
 // Device states in capacity figures. A device that is neither allocated nor
 // free is unavailable: tainted, its pool incomplete or invalid, or a sibling
@@ -30,28 +34,28 @@ type Capacity struct {
 // "no devices for this class" is a value, not an absent series. Computed
 // once per snapshot; a snapshot taken after a change of placement patches
 // the last one's rows (cappatch.go). The rows must not be modified.
-func (s *Snapshot) ClassCapacity() []Capacity {
-	return s.classCap.get(func() []Capacity {
-		if s.keptClassCap != nil {
-			return s.patchClassCapacity(*s.keptClassCap)
+func (m *Model) ClassCapacity() []Capacity {
+	return m.classCap.get(func() []Capacity {
+		if m.prevClassCap != nil {
+			return m.patchClassCapacity(*m.prevClassCap)
 		}
-		return s.classCapacity()
+		return m.classCapacity()
 	})
 }
 
-func (s *Snapshot) classCapacity() []Capacity {
+func (m *Model) classCapacity() []Capacity {
 	var out []Capacity
-	for _, c := range s.Classes {
+	for _, c := range m.s.Classes {
 		byNode := map[string]*Capacity{}
-		sel := s.Select(c.Name, nil, Demand{Least: true})
-		for _, d := range s.classDevices[c.Name] {
+		sel := m.Select(c.Name, nil, Demand{Least: true})
+		for _, d := range m.raw.ClassDevices(c.Name) {
 			row := byNode[d.Node]
 			if row == nil {
 				row = &Capacity{DeviceClass: c.Name, Node: d.Node, Free: sel.freeAt(d.Node)}
 				byNode[d.Node] = row
 			}
 			row.Total++
-			if s.InUse(d.Key) {
+			if m.s.InUse(d.Key) {
 				row.Allocated++
 			}
 		}
@@ -75,16 +79,16 @@ func (s *Snapshot) classCapacity() []Capacity {
 // device_class is the class serving the same extended resource name when
 // one exists, else the resource name itself. Computed once per snapshot,
 // patched as ClassCapacity is; the rows must not be modified.
-func (s *Snapshot) LaneCapacity() []Capacity {
-	return s.laneCap.get(func() []Capacity {
-		if s.keptLaneCap != nil {
-			return s.patchLaneCapacity(*s.keptLaneCap)
+func (m *Model) LaneCapacity() []Capacity {
+	return m.laneCap.get(func() []Capacity {
+		if m.prevLaneCap != nil {
+			return m.patchLaneCapacity(*m.prevLaneCap)
 		}
 		rows := laneRows{}
-		for _, c := range s.Classes {
-			s.draRows(rows, c.Name, s.classDevices[c.Name])
+		for _, c := range m.s.Classes {
+			m.draRows(rows, c.Name, m.raw.ClassDevices(c.Name))
 		}
-		s.devicePluginRows(rows)
+		m.devicePluginRows(rows)
 		return rows.sorted()
 	})
 }
@@ -113,32 +117,32 @@ func (rows laneRows) sorted() []Capacity {
 
 // draRows counts a class's devices (all of them, or those of some nodes)
 // into the dra and dra-extended lanes.
-func (s *Snapshot) draRows(rows laneRows, class string, devices []*Device) {
+func (m *Model) draRows(rows laneRows, class string, devices []*index.Device) {
 	if len(devices) == 0 {
 		return
 	}
-	sel := s.Select(class, nil, Demand{Least: true})
+	sel := m.Select(class, nil, Demand{Least: true})
 	for _, d := range devices {
-		dra := rows.row(LaneDRA, class, d.Node)
+		dra := rows.row(index.LaneDRA, class, d.Node)
 		if dra.Total == 0 {
 			dra.Free = sel.freeAt(d.Node)
 		}
 		dra.Total++
-		claims := s.AllocatedTo(d.Key)
+		claims := m.s.AllocatedTo(d.Key)
 		switch {
-		case len(claims) > 0 && slices.ContainsFunc(claims, func(cl *Claim) bool { return !cl.Extended }):
+		case len(claims) > 0 && slices.ContainsFunc(claims, func(cl *index.Claim) bool { return !cl.Extended }):
 			dra.Allocated++
 		case len(claims) > 0:
-			rows.row(LaneDRAExtended, class, d.Node).Allocated++
+			rows.row(index.LaneDRAExtended, class, d.Node).Allocated++
 		}
 	}
 }
 
 // devicePluginRows counts the device-plugin lane.
-func (s *Snapshot) devicePluginRows(rows laneRows) {
-	used := s.devicePluginUsed()
-	for _, n := range s.Nodes {
-		for _, name := range s.devicePlugin {
+func (m *Model) devicePluginRows(rows laneRows) {
+	used := m.devicePluginUsed()
+	for _, n := range m.s.Nodes {
+		for _, name := range m.raw.DevicePluginResources() {
 			// The device plugin reports every device in capacity and only
 			// the healthy ones in allocatable; pods keep the GPUs they hold
 			// when theirs turn unhealthy or the plugin goes away, so those
@@ -150,10 +154,10 @@ func (s *Snapshot) devicePluginRows(rows laneRows) {
 				continue
 			}
 			class := name
-			if c := s.ClassForExtendedResource(name); c != nil {
+			if c := m.s.ClassForExtendedResource(name); c != nil {
 				class = c.Name
 			}
-			r := rows.row(LaneDevicePlugin, class, n.Name)
+			r := rows.row(index.LaneDevicePlugin, class, n.Name)
 			r.Total += int(total)
 			r.Allocated += int(alloc)
 			if n.Unusable == "" {
@@ -175,29 +179,29 @@ type nodeResource struct{ node, resource string }
 // pods per node and resource (computed once per snapshot). A pod that also
 // has DRA claims still takes its device-plugin GPUs; a pod whose extended
 // resources DRA serves (extendedResourceClaimStatus) takes none.
-func (s *Snapshot) devicePluginUsed() map[nodeResource]int64 {
-	s.dpOnce.Do(func() {
-		s.dpUsed = map[nodeResource]int64{}
-		for _, p := range s.Pods {
+func (m *Model) devicePluginUsed() map[nodeResource]int64 {
+	m.dpOnce.Do(func() {
+		m.dpUsed = map[nodeResource]int64{}
+		for _, p := range m.s.Pods {
 			if p.Obj.Spec.NodeName == "" || p.Terminal() || p.Obj.Status.ExtendedResourceClaimStatus != nil {
 				continue
 			}
 			for name, v := range p.ExtendedRequests {
-				if s.IsDevicePluginResource(name) {
-					s.dpUsed[nodeResource{p.Obj.Spec.NodeName, name}] += v
+				if m.s.IsDevicePluginResource(name) {
+					m.dpUsed[nodeResource{p.Obj.Spec.NodeName, name}] += v
 				}
 			}
 		}
 	})
-	return s.dpUsed
+	return m.dpUsed
 }
 
 // DevicePluginFree returns how many units of a device-plugin resource are
 // free across all nodes.
-func (s *Snapshot) DevicePluginFree(name string) int64 {
-	used := s.devicePluginUsed()
+func (m *Model) DevicePluginFree(name string) int64 {
+	used := m.devicePluginUsed()
 	var free int64
-	for _, n := range s.Nodes {
+	for _, n := range m.s.Nodes {
 		if total := n.Allocatable[name]; total > 0 && n.Unusable == "" {
 			free += max(total-used[nodeResource{n.Name, name}], 0)
 		}
@@ -207,10 +211,10 @@ func (s *Snapshot) DevicePluginFree(name string) int64 {
 
 // DevicePluginFreeOn returns how many units of a device-plugin resource are
 // free on one node.
-func (s *Snapshot) DevicePluginFreeOn(node, name string) int64 {
-	n := s.nodesByName[node]
+func (m *Model) DevicePluginFreeOn(node, name string) int64 {
+	n := m.raw.Node(node)
 	if n == nil || n.Unusable != "" {
 		return 0
 	}
-	return max(n.Allocatable[name]-s.devicePluginUsed()[nodeResource{node, name}], 0)
+	return max(n.Allocatable[name]-m.devicePluginUsed()[nodeResource{node, name}], 0)
 }

@@ -1,4 +1,4 @@
-package index_test
+package allocator_test
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/testsupport/nvidia"
 	. "github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
@@ -96,11 +97,11 @@ func TestPartitionableDevices(t *testing.T) {
 			s := Build(t, index.Config{}, objs...).Snapshot()
 			for _, name := range placementNames {
 				want := slices.Contains(tt.free, name)
-				if got := s.Available(s.Device(DevKey("part-node", name))); got != want {
+				if got := allocator.Of(s).Available(s.Device(DevKey("part-node", name))); got != want {
 					t.Errorf("%s: Available = %v, want %v", name, got, want)
 				}
 			}
-			for _, row := range s.ClassCapacity() {
+			for _, row := range allocator.Of(s).ClassCapacity() {
 				want := map[string]int{GPUClassName: tt.gpuFree, MIGClassName: tt.migFree}[row.DeviceClass]
 				if row.Free != want {
 					t.Errorf("class %s: free = %d, want %d (%+v)", row.DeviceClass, row.Free, want, row)
@@ -145,8 +146,8 @@ func TestPartitionsAgreeWithAllocator(t *testing.T) {
 			}
 			checkDevicesAgree(t, objs)
 			s := Build(t, index.Config{}, objs...).Snapshot()
-			a := newAllocator(t, objs)
-			sel := s.Select(MIGClassName, nil, index.Demand{})
+			a := newScheduler(t, objs)
+			sel := allocator.Of(s).Select(MIGClassName, nil, allocator.Demand{})
 			for n := int64(1); n <= int64(len(nvidia.A100Placements)); n++ {
 				want := a.allocates("part-node", countClaim(MIGClassName, n, nil))
 				if got := int64(sel.FreeOn("part-node")) >= n; got != want {
@@ -194,7 +195,7 @@ func TestPoolProblems(t *testing.T) {
 			if got := s.PoolProblem(k); got != tt.problem {
 				t.Errorf("PoolProblem = %q, want %q", got, tt.problem)
 			}
-			if got := s.Available(s.Device(k)); got != (tt.problem == "") {
+			if got := allocator.Of(s).Available(s.Device(k)); got != (tt.problem == "") {
 				t.Errorf("Available = %v with pool problem %q", got, tt.problem)
 			}
 			checkDevicesAgree(t, objs)
@@ -211,10 +212,10 @@ func TestOverdrawnPool(t *testing.T) {
 		allocatedTo("a", "part-node", byProfile("3g.20gb", 0)),
 		allocatedTo("b", "part-node", byProfile("4g.20gb", 0)))
 	s := Build(t, index.Config{}, objs...).Snapshot()
-	if s.Available(s.Device(DevKey("part-node", "gpu-1"))) {
+	if allocator.Of(s).Available(s.Device(DevKey("part-node", "gpu-1"))) {
 		t.Errorf("gpu-1 available although the pool's gpu-0 counter set is overdrawn")
 	}
-	if got := s.CounterShortfall(s.Device(DevKey("part-node", "gpu-1"))); !strings.Contains(got, "overdrawn") {
+	if got := allocator.Of(s).CounterShortfall(s.Device(DevKey("part-node", "gpu-1"))); !strings.Contains(got, "overdrawn") {
 		t.Errorf("CounterShortfall = %q, want it to name the overdrawn pool", got)
 	}
 	checkDevicesAgree(t, objs)
@@ -226,13 +227,13 @@ func TestCounterSiblingsAndShortfall(t *testing.T) {
 	objs = append(objs, allocatedTo("a", "part-node", threeAt0))
 	s := Build(t, index.Config{}, objs...).Snapshot()
 	gpu := s.Device(DevKey("part-node", "gpu-0"))
-	if got := s.CounterSiblings(gpu); !slices.Equal(got, []index.DeviceKey{DevKey("part-node", threeAt0)}) {
+	if got := allocator.Of(s).CounterSiblings(gpu); !slices.Equal(got, []index.DeviceKey{DevKey("part-node", threeAt0)}) {
 		t.Errorf("CounterSiblings = %v, want the allocated placement", got)
 	}
-	if got, want := s.CounterShortfall(gpu), "counter set gpu-0-counter-set: 20Gi left of 40Gi memory, the device needs 40Gi"; got != want {
+	if got, want := allocator.Of(s).CounterShortfall(gpu), "counter set gpu-0-counter-set: 20Gi left of 40Gi memory, the device needs 40Gi"; got != want {
 		t.Errorf("CounterShortfall = %q, want %q", got, want)
 	}
-	if got := s.CounterShortfall(s.Device(DevKey("part-node", byProfile("3g.20gb", 4)))); got != "" {
+	if got := allocator.Of(s).CounterShortfall(s.Device(DevKey("part-node", byProfile("3g.20gb", 4)))); got != "" {
 		t.Errorf("CounterShortfall of a free placement = %q, want empty", got)
 	}
 }
@@ -299,31 +300,31 @@ func TestConsumableCapacity(t *testing.T) {
 			}
 			s := Build(t, index.Config{}, objs...).Snapshot()
 			d := s.Device(DevKey("node-1", "gpu-0"))
-			left := s.RemainingCapacity(d)["memory"]
+			left := allocator.Of(s).RemainingCapacity(d)["memory"]
 			if want := resource.MustParse(tt.remaining); left.Cmp(want) != 0 {
 				t.Errorf("RemainingCapacity = %s, want %s", left.String(), tt.remaining)
 			}
-			if got := s.Available(d); got != tt.free {
+			if got := allocator.Of(s).Available(d); got != tt.free {
 				t.Errorf("Available = %v, want %v", got, tt.free)
 			}
-			wantRow := index.Capacity{DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: min(len(tt.shares), 1), Free: 0}
+			wantRow := allocator.Capacity{DeviceClass: GPUClassName, Node: "node-1", Total: 1, Allocated: min(len(tt.shares), 1), Free: 0}
 			if tt.free {
 				wantRow.Free = 1
 			}
-			if got := s.ClassCapacity(); !slices.Equal(got, []index.Capacity{wantRow}) {
+			if got := allocator.Of(s).ClassCapacity(); !slices.Equal(got, []allocator.Capacity{wantRow}) {
 				t.Errorf("ClassCapacity = %+v, want %+v", got, wantRow)
 			}
-			a := newAllocator(t, objs)
+			a := newScheduler(t, objs)
 			for q, want := range tt.fits {
 				var c map[resourceapi.QualifiedName]resource.Quantity
-				dm := index.Demand{}
+				dm := allocator.Demand{}
 				if q != "" {
 					c = mem(q)
 					dm.Capacity = &resourceapi.CapacityRequirements{Requests: c}
 				}
-				sel := s.Select(GPUClassName, nil, dm)
+				sel := allocator.Of(s).Select(GPUClassName, nil, dm)
 				if got := sel.FreeOn("node-1") == 1; got != want {
-					t.Errorf("request for %q memory: fits = %v, want %v (%s)", q, got, want, s.CapacityShortfall(d, dm))
+					t.Errorf("request for %q memory: fits = %v, want %v (%s)", q, got, want, allocator.Of(s).CapacityShortfall(d, dm))
 				}
 				if alloc := a.allocates("node-1", countClaim(GPUClassName, 1, c)); alloc != want {
 					t.Errorf("request for %q memory: the scheduler's allocator says %v, the test %v", q, alloc, want)
@@ -340,7 +341,7 @@ func TestShareableWithoutShareID(t *testing.T) {
 	objs := []any{GPUClass(), Node("node-1", 0), Slice("node-1", "node-1", 1, sharedGPU("gpu-0", nil)),
 		Allocated(Claim("whole", "uid-whole"), "node-1", time.Time{}, Result("gpu", "node-1", "gpu-0"))}
 	s := Build(t, index.Config{}, objs...).Snapshot()
-	if s.Available(s.Device(DevKey("node-1", "gpu-0"))) {
+	if allocator.Of(s).Available(s.Device(DevKey("node-1", "gpu-0"))) {
 		t.Errorf("a shareable device held without a shareID is available")
 	}
 	checkDevicesAgree(t, objs)
@@ -348,12 +349,12 @@ func TestShareableWithoutShareID(t *testing.T) {
 
 func TestCapacityTooSmallIsNotKept(t *testing.T) {
 	s := Build(t, index.Config{}, GPUClass(), Node("node-1", 0), Slice("node-1", "node-1", 1, sharedGPU("gpu-0", nil), GPUDevice("gpu-1", "GPU-1"))).Snapshot()
-	sel := s.Select(GPUClassName, nil, index.Demand{Capacity: &resourceapi.CapacityRequirements{Requests: mem("100Gi")}})
+	sel := allocator.Of(s).Select(GPUClassName, nil, allocator.Demand{Capacity: &resourceapi.CapacityRequirements{Requests: mem("100Gi")}})
 	if len(sel.Devices) != 0 || sel.TooSmall != 2 {
 		t.Errorf("Select for 100Gi: kept %d, too small %d; want 0 and 2", len(sel.Devices), sel.TooSmall)
 	}
 	// A non-shareable device serves a capacity request it covers, whole.
-	sel = s.Select(GPUClassName, nil, index.Demand{Capacity: &resourceapi.CapacityRequirements{Requests: mem("60Gi")}})
+	sel = allocator.Of(s).Select(GPUClassName, nil, allocator.Demand{Capacity: &resourceapi.CapacityRequirements{Requests: mem("60Gi")}})
 	if len(sel.Devices) != 1 || sel.Devices[0].Key.Device != "gpu-1" || sel.Free != 1 {
 		t.Errorf("Select for 60Gi: %v (%d free), want the 80Gi H100 free", sel.Devices, sel.Free)
 	}

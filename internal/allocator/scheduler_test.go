@@ -1,4 +1,4 @@
-package index_test
+package allocator_test
 
 // The exporter computes "free" with its own arithmetic over shared counters
 // and consumed capacity (a scrape cannot afford an allocator run per
@@ -26,6 +26,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/structured"
 	"k8s.io/utils/ptr"
 
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	"github.com/dra-exporter/dra-exporter/internal/objects"
 	. "github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
@@ -60,14 +61,14 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 	return nil, fmt.Errorf("deviceclass %s not found", name)
 }
 
-// allocator is the scheduler's allocator over a set of objects, with a
+// scheduler is the scheduler's allocator over a set of objects, with a
 // class "pin" that selects every device.
-type allocator struct {
+type scheduler struct {
 	t     *testing.T
 	alloc structured.Allocator
 }
 
-func newAllocator(t *testing.T, objs []any) *allocator {
+func newScheduler(t *testing.T, objs []any) *scheduler {
 	t.Helper()
 	classes := classLister{"pin": {ObjectMeta: metav1.ObjectMeta{Name: "pin"}}}
 	var sl []*resourceapi.ResourceSlice
@@ -116,12 +117,12 @@ func newAllocator(t *testing.T, objs []any) *allocator {
 	if err != nil {
 		t.Fatalf("NewAllocator: %v", err)
 	}
-	return &allocator{t: t, alloc: a}
+	return &scheduler{t: t, alloc: a}
 }
 
 // allocates reports whether the allocator finds an allocation of the claim
 // on the node.
-func (a *allocator) allocates(node string, claim *resourceapi.ResourceClaim) bool {
+func (a *scheduler) allocates(node string, claim *resourceapi.ResourceClaim) bool {
 	a.t.Helper()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node, Labels: map[string]string{corev1.LabelHostname: node}}}
 	res, err := a.alloc.Allocate(context.Background(), n, []*resourceapi.ResourceClaim{claim})
@@ -179,13 +180,13 @@ func countClaim(class string, count int64, capacity map[resourceapi.QualifiedNam
 func checkDevicesAgree(t *testing.T, objs []any) {
 	t.Helper()
 	s := Build(t, index.Config{}, objs...).Snapshot()
-	a := newAllocator(t, objs)
+	a := newScheduler(t, objs)
 	for _, d := range s.Devices {
 		if d.Node == "" {
 			continue // the cross-check places claims on a device's node
 		}
 		want := a.allocates(d.Node, pinnedClaim(d))
-		if got := s.Available(d); got != want {
+		if got := allocator.Of(s).Available(d); got != want {
 			t.Errorf("%s: Available = %v, the scheduler's allocator says %v", d.Key, got, want)
 		}
 	}
@@ -221,7 +222,7 @@ func TestScenariosAgreeWithAllocator(t *testing.T) {
 			}
 			checkDevicesAgree(t, objs)
 			s := Build(t, index.Config{}, objs...).Snapshot()
-			a := newAllocator(t, objs)
+			a := newScheduler(t, objs)
 			for _, c := range s.Claims {
 				if c.Allocated() {
 					continue
@@ -230,7 +231,7 @@ func TestScenariosAgreeWithAllocator(t *testing.T) {
 				got := true
 				for _, r := range c.Obj.Spec.Devices.Requests {
 					e := r.Exactly
-					sel := s.Select(e.DeviceClassName, e.Selectors, index.Demand{Tolerations: e.Tolerations, Capacity: e.Capacity})
+					sel := allocator.Of(s).Select(e.DeviceClassName, e.Selectors, allocator.Demand{Tolerations: e.Tolerations, Capacity: e.Capacity})
 					got = got && int64(sel.BestNodeFree) >= max(e.Count, 1)
 				}
 				if got != want {

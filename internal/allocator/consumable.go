@@ -1,4 +1,4 @@
-package index
+package allocator
 
 // Consumable capacity (KEP-5075): a device with allowMultipleAllocations is
 // shared by claims, each taking part of its capacity (consumedCapacity in
@@ -12,19 +12,21 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
 // RemainingCapacity returns, for a shareable device, what is left of each
 // capacity after the shared allocations' consumedCapacity; nil for other
 // devices.
-func (s *Snapshot) RemainingCapacity(d *Device) map[resourceapi.QualifiedName]resource.Quantity {
+func (m *Model) RemainingCapacity(d *index.Device) map[resourceapi.QualifiedName]resource.Quantity {
 	if !d.Shareable || len(d.Capacity) == 0 {
 		return nil
 	}
 	var consumed map[resourceapi.QualifiedName]resource.Quantity
-	if u := s.usage[d.Key]; u != nil {
-		consumed = u.consumed
-		tracedAll(s, u.claims)
+	if u := m.raw.Usage(d.Key); u != nil {
+		consumed = u.Consumed
+		m.s.AllocatedTo(d.Key) // what it reads: the claims holding the device
 	}
 	out := make(map[resourceapi.QualifiedName]resource.Quantity, len(d.Capacity))
 	for name, c := range d.Capacity {
@@ -39,7 +41,7 @@ func (s *Snapshot) RemainingCapacity(d *Device) map[resourceapi.QualifiedName]re
 
 // CapacityShortfall describes the first capacity of the device that the
 // demand does not fit ("" when all fit): for explain's evidence.
-func (s *Snapshot) CapacityShortfall(d *Device, dm Demand) string {
+func (m *Model) CapacityShortfall(d *index.Device, dm Demand) string {
 	if dm.Capacity != nil {
 		for _, name := range slices.Sorted(maps.Keys(dm.Capacity.Requests)) {
 			if _, ok := d.Capacity[name]; !ok {
@@ -47,7 +49,7 @@ func (s *Snapshot) CapacityShortfall(d *Device, dm Demand) string {
 			}
 		}
 	}
-	left := s.RemainingCapacity(d)
+	left := m.RemainingCapacity(d)
 	for _, name := range slices.Sorted(maps.Keys(d.Capacity)) {
 		c := d.Capacity[name]
 		want, ok := demanded(name, c, dm, d.Shareable)
@@ -74,7 +76,17 @@ func (s *Snapshot) CapacityShortfall(d *Device, dm Demand) string {
 // not fit it); only shareable devices have anything consumed. With Least,
 // devices that cannot be shared are not checked at all: a claim asking
 // nothing of their capacity gets them whole.
-func (s *Snapshot) capacityFits(d *Device, dm Demand) bool {
+func (m *Model) capacityFits(d *index.Device, dm Demand) bool {
+	var consumed map[resourceapi.QualifiedName]resource.Quantity
+	if u := m.raw.Usage(d.Key); u != nil {
+		consumed = u.Consumed
+	}
+	return fitsCapacity(d, dm, consumed)
+}
+
+// fitsCapacity is capacityFits with what the device's shared allocations
+// consumed.
+func fitsCapacity(d *index.Device, dm Demand, consumed map[resourceapi.QualifiedName]resource.Quantity) bool {
 	if dm.Least && !d.Shareable {
 		return true
 	}
@@ -84,10 +96,6 @@ func (s *Snapshot) capacityFits(d *Device, dm Demand) bool {
 				return false // the allocator skips a device without it
 			}
 		}
-	}
-	var consumed map[resourceapi.QualifiedName]resource.Quantity
-	if u := s.usage[d.Key]; u != nil {
-		consumed = u.consumed
 	}
 	for name, c := range d.Capacity {
 		want, ok := demanded(name, c, dm, d.Shareable)

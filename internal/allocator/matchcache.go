@@ -1,4 +1,4 @@
-package index
+package allocator
 
 import (
 	"maps"
@@ -8,6 +8,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/dra-exporter/dra-exporter/internal/celmatch"
+	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
 // matchCache keeps the result of request selectors on a device across
@@ -17,8 +18,8 @@ import (
 // evaluates CEL only for new devices and new selectors, not for every pod
 // blocked on every device each time. Results are grouped by selectors, so
 // that a pass over a class's devices hashes the expressions once. Entries
-// of records no snapshot holds any more are dropped when a snapshot is
-// taken.
+// of records no snapshot holds any more are dropped when the model of a
+// snapshot with other devices is built.
 type matchCache struct {
 	mu sync.Mutex
 	m  map[string]*selectorMatches
@@ -27,7 +28,7 @@ type matchCache struct {
 // selectorMatches are one set of selectors' results, by device.
 type selectorMatches struct {
 	mu sync.Mutex
-	m  map[*Device]matchResult
+	m  map[*index.Device]matchResult
 }
 
 type matchResult struct {
@@ -57,14 +58,14 @@ func (c *matchCache) of(key string) *selectorMatches {
 	defer c.mu.Unlock()
 	sm := c.m[key]
 	if sm == nil {
-		sm = &selectorMatches{m: map[*Device]matchResult{}}
+		sm = &selectorMatches{m: map[*index.Device]matchResult{}}
 		c.m[key] = sm
 	}
 	return sm
 }
 
 // match evaluates the selectors on the device, or returns the kept result.
-func (sm *selectorMatches) match(m *celmatch.Matcher, selectors []resourceapi.DeviceSelector, d *Device) (bool, error) {
+func (sm *selectorMatches) match(m *celmatch.Matcher, selectors []resourceapi.DeviceSelector, d *index.Device) (bool, error) {
 	sm.mu.Lock()
 	r, ok := sm.m[d]
 	sm.mu.Unlock()
@@ -79,22 +80,22 @@ func (sm *selectorMatches) match(m *celmatch.Matcher, selectors []resourceapi.De
 }
 
 // retain drops the entries of devices not in current.
-func (c *matchCache) retain(current []*Device) {
+func (c *matchCache) retain(current []*index.Device) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var live map[*Device]bool
+	var live map[*index.Device]bool
 	for _, sm := range c.m {
 		sm.mu.Lock()
 		if len(sm.m) > len(current) {
 			// Stale entries, if any, are fewer than the devices
 			// otherwise: bounded.
 			if live == nil {
-				live = make(map[*Device]bool, len(current))
+				live = make(map[*index.Device]bool, len(current))
 				for _, d := range current {
 					live[d] = true
 				}
 			}
-			maps.DeleteFunc(sm.m, func(d *Device, _ matchResult) bool { return !live[d] })
+			maps.DeleteFunc(sm.m, func(d *index.Device, _ matchResult) bool { return !live[d] })
 		}
 		sm.mu.Unlock()
 	}

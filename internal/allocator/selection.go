@@ -1,4 +1,4 @@
-package index
+package allocator
 
 // What one request can get from a class: the devices its selectors keep and
 // how many of those a new allocation could have, per node.
@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/dra-exporter/dra-exporter/internal/celmatch"
+	"github.com/dra-exporter/dra-exporter/internal/index"
 )
 
 // selection is the result of evaluating one set of request selectors over
@@ -26,7 +27,7 @@ import (
 // from every node).
 type Selection struct {
 	// Devices are the class devices the selectors keep.
-	Devices []*Device
+	Devices []*index.Device
 	// Free counts those new allocations could take now (see Available;
 	// the request's tolerations and capacity requests apply). Partitions
 	// drawing on one counter set count as many as could be allocated one
@@ -72,16 +73,16 @@ type Selection struct {
 	// What a later snapshot with the same devices, classes and nodes keeps
 	// (patchSelection): the kept devices by node ("": network-attached),
 	// each node's counts, the nodes an evaluation error rejects.
-	onNode     map[string][]*Device
+	onNode     map[string][]*index.Device
 	counts     map[string]nodeCount
 	errNodes   map[string]bool
 	errNetwork bool
 
 	holdersOnce sync.Once
-	holders     []*Pod  // pods holding kept devices
-	priorities  []int32 // their priorities, sorted
+	holders     []*index.Pod // pods holding kept devices
+	priorities  []int32      // their priorities, sorted
 	sortedOnce  sync.Once
-	sorted      []*Pod // holders by priority, then name
+	sorted      []*index.Pod // holders by priority, then name
 }
 
 // Holders returns the pods that hold the kept devices (through the claims
@@ -89,10 +90,10 @@ type Selection struct {
 // reserved for the pods), each once, lowest priority first. It is computed
 // once per selection: every pod blocked on the same request asks the same
 // question.
-func (sel *Selection) Holders(s *Snapshot) []*Pod {
+func (sel *Selection) Holders(m *Model) []*index.Pod {
 	sel.sortedOnce.Do(func() {
-		sel.sorted = slices.Clone(sel.holderPods(s))
-		slices.SortStableFunc(sel.sorted, func(a, b *Pod) int {
+		sel.sorted = slices.Clone(sel.holderPods(m))
+		slices.SortStableFunc(sel.sorted, func(a, b *index.Pod) int {
 			if c := cmp.Compare(a.Priority(), b.Priority()); c != 0 {
 				return c
 			}
@@ -105,21 +106,21 @@ func (sel *Selection) Holders(s *Snapshot) []*Pod {
 // holderPods are the holders unsorted, and their priorities sorted (what
 // LowerPriorityHolders asks of every capacity-blocked pod: sorting the pods
 // themselves by name was most of a scrape after a placement change).
-func (sel *Selection) holderPods(s *Snapshot) []*Pod {
+func (sel *Selection) holderPods(m *Model) []*index.Pod {
 	sel.holdersOnce.Do(func() {
-		seen := map[*Pod]bool{}
-		var held []DeviceKey
+		seen := map[*index.Pod]bool{}
+		var held []index.DeviceKey
 		for _, d := range sel.Devices {
 			// Partitions on the same counters hold a device too.
-			held = append(append(held, d.Key), s.CounterSiblings(d)...)
+			held = append(append(held, d.Key), m.CounterSiblings(d)...)
 		}
 		for _, k := range held {
-			for _, c := range s.AllocatedTo(k) {
+			for _, c := range m.s.AllocatedTo(k) {
 				for _, r := range c.Obj.Status.ReservedFor {
 					if r.Resource != "pods" || r.APIGroup != "" {
 						continue
 					}
-					if p := s.Pod(Key{c.Key.Namespace, r.Name}); p != nil && p.UID == r.UID && !seen[p] {
+					if p := m.s.Pod(index.Key{Namespace: c.Key.Namespace, Name: r.Name}); p != nil && p.UID == r.UID && !seen[p] {
 						seen[p] = true
 						sel.holders = append(sel.holders, p)
 						sel.priorities = append(sel.priorities, p.Priority())
@@ -134,8 +135,8 @@ func (sel *Selection) holderPods(s *Snapshot) []*Pod {
 
 // LowerPriorityHolders returns how many holders of the kept devices have a
 // priority below prio.
-func (sel *Selection) LowerPriorityHolders(s *Snapshot, prio int32) int {
-	sel.holderPods(s)
+func (sel *Selection) LowerPriorityHolders(m *Model, prio int32) int {
+	sel.holderPods(m)
 	n, _ := slices.BinarySearch(sel.priorities, prio)
 	return n
 }
@@ -168,7 +169,7 @@ func (sel *Selection) DeviceNodes() []string {
 // Select returns what a request with these selectors and demand can get
 // from the class. Results are memoised per snapshot: pods from one
 // template share their selectors, and a scrape classifies them all.
-func (s *Snapshot) Select(class string, selectors []resourceapi.DeviceSelector, dm Demand) *Selection {
+func (m *Model) Select(class string, selectors []resourceapi.DeviceSelector, dm Demand) *Selection {
 	var b strings.Builder
 	b.WriteString(class)
 	for _, sel := range selectors {
@@ -190,28 +191,28 @@ func (s *Snapshot) Select(class string, selectors []resourceapi.DeviceSelector, 
 		b.WriteString("\x03")
 	}
 	key := b.String()
-	s.memoMu.Lock()
-	res, ok := s.selectorMemo[key]
-	s.memoMu.Unlock()
+	m.mu.Lock()
+	res, ok := m.selections[key]
+	m.mu.Unlock()
 	if ok {
 		return res
 	}
-	if prev := s.kept[key]; prev != nil {
-		res = s.patchSelection(prev, dm)
+	if prev := m.prevSelections[key]; prev != nil {
+		res = m.patchSelection(prev, dm)
 	} else {
-		res = s.selectDevices(class, selectors, dm)
+		res = m.selectDevices(class, selectors, dm)
 	}
-	s.memoMu.Lock()
-	s.selectorMemo[key] = res
-	s.memoMu.Unlock()
+	m.mu.Lock()
+	m.selections[key] = res
+	m.mu.Unlock()
 	return res
 }
 
-func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSelector, dm Demand) *Selection {
-	res := s.matchDevices(class, selectors, dm)
+func (m *Model) selectDevices(class string, selectors []resourceapi.DeviceSelector, dm Demand) *Selection {
+	res := m.matchDevices(class, selectors, dm)
 	res.counts = make(map[string]nodeCount, len(res.onNode))
 	for node, devices := range res.onNode {
-		res.counts[node] = s.countNode(devices, dm)
+		res.counts[node] = m.countNode(devices, dm)
 	}
 	res.tally()
 	return res
@@ -220,27 +221,27 @@ func (s *Snapshot) selectDevices(class string, selectors []resourceapi.DeviceSel
 // matchDevices is the part of a selection that depends on the devices, the
 // class and the request only: the kept devices by node, the evaluation
 // errors and the nodes they reject, the devices too small for the request.
-func (s *Snapshot) matchDevices(class string, selectors []resourceapi.DeviceSelector, dm Demand) *Selection {
-	res := &Selection{onNode: map[string][]*Device{}}
+func (m *Model) matchDevices(class string, selectors []resourceapi.DeviceSelector, dm Demand) *Selection {
+	res := &Selection{onNode: map[string][]*index.Device{}}
 	// The class's own selectors failing on a device rejects its nodes too.
-	for _, d := range s.classErrors[class] {
+	for _, d := range m.raw.ClassErrors(class) {
 		res.Errors++
 		res.ClassErrors++
 		res.ErrorSample = append(res.ErrorSample, errorSample(d, "DeviceClass "+class, d.ClassErrors[class]))
 		res.rejectNode(d.Node)
 	}
 	var kept *selectorMatches
-	if s.matches != nil && len(selectors) > 0 {
-		kept = s.matches.of(selectorsKey(selectors))
+	if m.matches != nil && len(selectors) > 0 {
+		kept = m.matches.of(selectorsKey(selectors))
 	}
-	for _, d := range s.classDevices[class] {
+	for _, d := range m.raw.ClassDevices(class) {
 		if len(selectors) > 0 {
 			var match bool
 			var err error
 			if kept != nil {
-				match, err = kept.match(s.matcher, selectors, d)
+				match, err = kept.match(m.matcher, selectors, d)
 			} else {
-				match, err = s.matcher.Match(selectors, celmatch.Device{Driver: d.Key.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
+				match, err = m.matcher.Match(selectors, celmatch.Device{Driver: d.Key.Driver, Attributes: d.Attributes, Capacity: d.Capacity})
 			}
 			if err != nil {
 				res.Errors++
@@ -252,7 +253,7 @@ func (s *Snapshot) matchDevices(class string, selectors []resourceapi.DeviceSele
 				continue
 			}
 		}
-		if !s.couldEverFit(d, dm) {
+		if !couldEverFit(d, dm) {
 			res.TooSmall++
 			continue
 		}
@@ -294,15 +295,15 @@ type nodeCount struct{ kept, free, freeEach int }
 
 // countNode counts the kept devices of one node against this snapshot's
 // allocations, counters, taints and nodes.
-func (s *Snapshot) countNode(devices []*Device, dm Demand) nodeCount {
+func (m *Model) countNode(devices []*index.Device, dm Demand) nodeCount {
 	c := nodeCount{kept: len(devices)}
-	var partitions []*Device
+	var partitions []*index.Device
 	for _, d := range devices {
-		if !s.availableFor(d, dm) {
+		if !m.availableFor(d, dm) {
 			continue
 		}
 		c.freeEach++
-		if len(d.Counters) > 0 && !s.InUse(d.Key) {
+		if len(d.Counters) > 0 && !m.s.InUse(d.Key) {
 			partitions = append(partitions, d)
 			continue
 		}
@@ -310,7 +311,7 @@ func (s *Snapshot) countNode(devices []*Device, dm Demand) nodeCount {
 	}
 	// Partitions of one counter set cannot all be given out: count how
 	// many a sequence of new claims could take.
-	c.free += s.jointCount(partitions)
+	c.free += m.jointCount(partitions)
 	return c
 }
 
@@ -356,7 +357,7 @@ func (res *Selection) tally() {
 
 // errorSample is one line of Selection.ErrorSample: the device, where it
 // is, whose selectors failed and the CEL error.
-func errorSample(d *Device, whose, msg string) string {
+func errorSample(d *index.Device, whose, msg string) string {
 	where := "node " + d.Node
 	if d.Node == "" {
 		where = "a network-attached pool"
@@ -369,11 +370,11 @@ func errorSample(d *Device, whose, msg string) string {
 // the least-consuming first, as a first fit over MIG placements takes the
 // small profiles first. It is a lower bound of the best packing, exact for
 // a single request (one device) and for placements of one size.
-func (s *Snapshot) jointCount(devices []*Device) int {
+func (m *Model) jointCount(devices []*index.Device) int {
 	if len(devices) <= 1 {
 		return len(devices)
 	}
-	slices.SortFunc(devices, func(a, b *Device) int {
+	slices.SortFunc(devices, func(a, b *index.Device) int {
 		if c := cmp.Compare(counterWeight(a), counterWeight(b)); c != 0 {
 			return c
 		}
@@ -382,7 +383,7 @@ func (s *Snapshot) jointCount(devices []*Device) int {
 	taken := map[counterSetKey]map[string]resource.Quantity{}
 	n := 0
 	for _, d := range devices {
-		if s.countersCover(d, taken) {
+		if m.countersCover(d, taken) {
 			take(d, taken)
 			n++
 		}
@@ -390,7 +391,7 @@ func (s *Snapshot) jointCount(devices []*Device) int {
 	return n
 }
 
-func counterWeight(d *Device) float64 {
+func counterWeight(d *index.Device) float64 {
 	var w float64
 	for _, cc := range d.Counters {
 		for _, c := range cc.Counters {
@@ -404,9 +405,9 @@ func counterWeight(d *Device) float64 {
 // capacity.requests were nothing allocated: it has each capacity asked
 // for, and the request, rounded up by its policy, is allowed and no larger
 // than the whole capacity.
-func (s *Snapshot) couldEverFit(d *Device, dm Demand) bool {
+func couldEverFit(d *index.Device, dm Demand) bool {
 	if dm.Capacity == nil || len(dm.Capacity.Requests) == 0 {
 		return true
 	}
-	return (&Snapshot{}).capacityFits(d, Demand{Capacity: dm.Capacity})
+	return fitsCapacity(d, Demand{Capacity: dm.Capacity}, nil)
 }

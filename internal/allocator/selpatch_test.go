@@ -1,4 +1,4 @@
-package index_test
+package allocator_test
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 
+	"github.com/dra-exporter/dra-exporter/internal/allocator"
 	"github.com/dra-exporter/dra-exporter/internal/index"
 	. "github.com/dra-exporter/dra-exporter/internal/testsupport/testobj"
 )
@@ -90,14 +91,14 @@ func TestSelectionsKeptAcrossPlacementChanges(t *testing.T) {
 	}
 	nodes := []string{"", "node-a", "node-b", "node-c"}
 	view := func(s *index.Snapshot, r request) string {
-		sel := s.Select(r.class, r.selectors, index.Demand{})
+		sel := allocator.Of(s).Select(r.class, r.selectors, allocator.Demand{})
 		free := map[string]int{}
 		for _, n := range nodes {
 			free[n] = sel.FreeOn(n)
 		}
 		return fmt.Sprintf("devices %d free %d each %d best %q/%d most %d allfree %v/%q errors %d/%d %v on-error %d nodes %d small %d free-on %v holders %d",
 			len(sel.Devices), sel.Free, sel.FreeEach, sel.BestNode, sel.BestNodeFree, sel.MostOnANode, sel.AllFree, sel.AllFreeNode,
-			sel.Errors, sel.ClassErrors, sel.ErrorNodes, sel.FreeOnErrorNodes, sel.Nodes, sel.TooSmall, free, len(sel.Holders(s)))
+			sel.Errors, sel.ClassErrors, sel.ErrorNodes, sel.FreeOnErrorNodes, sel.Nodes, sel.TooSmall, free, len(sel.Holders(allocator.Of(s))))
 	}
 	s := ix.Snapshot()
 	for _, r := range requests {
@@ -107,7 +108,7 @@ func TestSelectionsKeptAcrossPlacementChanges(t *testing.T) {
 	for _, step := range steps {
 		step.do()
 		s = ix.Snapshot()
-		kept += s.KeptSelections()
+		kept += allocator.Of(s).KeptSelections()
 		fresh := ix.SnapshotFromScratch()
 		for i, r := range requests {
 			if got, want := view(s, r), view(fresh, r); got != want {
@@ -127,20 +128,20 @@ func TestSelectionsKeptAcrossPlacementChanges(t *testing.T) {
 func TestCapacityKeptAcrossPlacementChanges(t *testing.T) {
 	ix, steps := placementSteps(t)
 	s := ix.Snapshot()
-	s.ClassCapacity() // the rows the next snapshot patches
-	s.LaneCapacity()
+	allocator.Of(s).ClassCapacity() // the rows the next snapshot patches
+	allocator.Of(s).LaneCapacity()
 	patched := 0
 	for _, step := range steps {
 		step.do()
 		s = ix.Snapshot()
-		if s.KeptCapacity() {
+		if allocator.Of(s).KeptCapacity() {
 			patched++
 		}
 		fresh := ix.SnapshotFromScratch()
-		if got, want := s.ClassCapacity(), fresh.ClassCapacity(); !slices.Equal(got, want) {
+		if got, want := allocator.Of(s).ClassCapacity(), allocator.Of(fresh).ClassCapacity(); !slices.Equal(got, want) {
 			t.Errorf("%s: class capacity patched\n  %+v\nfrom scratch\n  %+v", step.name, got, want)
 		}
-		if got, want := s.LaneCapacity(), fresh.LaneCapacity(); !slices.Equal(got, want) {
+		if got, want := allocator.Of(s).LaneCapacity(), allocator.Of(fresh).LaneCapacity(); !slices.Equal(got, want) {
 			t.Errorf("%s: lane capacity patched\n  %+v\nfrom scratch\n  %+v", step.name, got, want)
 		}
 	}
