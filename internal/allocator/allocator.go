@@ -65,9 +65,6 @@ type Model struct {
 type kept struct {
 	matcher *celmatch.Matcher
 	matches *matchCache
-	// devices is the device list the match cache was last trimmed to.
-	mu      sync.Mutex
-	devices []*index.Device
 }
 
 // Of returns the model of the snapshot, built on first use.
@@ -84,7 +81,9 @@ func (m *Model) Snapshot() *index.Snapshot { return m.s }
 func build(s *index.Snapshot, prev *Model, ch index.Change) *Model {
 	k := s.Kept(func() any { return &kept{matcher: celmatch.New(), matches: newMatchCache()} }).(*kept)
 	m := &Model{s: s, raw: s.Raw(), kept: k, selections: map[string]*Selection{}}
-	k.trim(s.Devices)
+	if prev == nil || ch.Devices {
+		k.matches.retain(s.Devices) // the results of records gone are dropped
+	}
 	if prev != nil && !ch.Devices && !ch.Claims {
 		m.remaining, m.overdrawn, m.counterUsers = prev.remaining, prev.overdrawn, prev.counterUsers
 	} else {
@@ -97,16 +96,4 @@ func build(s *index.Snapshot, prev *Model, ch index.Change) *Model {
 		m.keepSelections(prev, ch.Allocated)
 	}
 	return m
-}
-
-// trim drops the CEL results of device records the snapshot no longer
-// holds, once per device list.
-func (k *kept) trim(devices []*index.Device) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if len(devices) > 0 && len(k.devices) > 0 && &devices[0] == &k.devices[0] && len(devices) == len(k.devices) {
-		return // the same list: the snapshot's devices did not change
-	}
-	k.matches.retain(devices)
-	k.devices = devices
 }
